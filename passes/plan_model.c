@@ -397,24 +397,24 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
                            &flat, &gather_pt);
     if (c->pp > 1) gather += flat;
   }
-  /* A backward layer loop's body at pp 1 (ZeRO-2/3): its layer's gradients are made as the layer's
-   * activations are freed (`freed`: the whole layer's, recomputed or kept: rc none's units). Where its
-   * scatters are waited in the iteration, a gradient is live from where it is made to the iteration's end,
-   * so the body's peak (its recomputed activations with the gradients made so far) is at its start or,
-   * where the layer's gradient outgrows its activations, at its end, p_layer - freed above the start (the
-   * model's one layer unreduced above). Where they are waited in the next iteration (`defer`: zero_defers_scatters
-   * and zero_defer_taken, plan_model_estimate; passes/memplan_defer.c) their f32 inputs live through the
-   * whole body: the peak grows by min(p_layer, freed), not a layer (Llama-3-405B dp 1024 tp 2 z3 rc full mb 1,
-   * compiled: +3.8 GiB of the layer's 5.9; dp 256 tp 8+sp mb 8: +1.5 of 1.5). ZeRO-3's coalesced scatters
-   * (zero3_coll_s: the packed [group, N] f32 gradient in `flat` beside the gathers' whole) at pp 1: the packed
-   * gradient is made at the body's end, beside the layer's, so the end's peak grows by p_layer where the
-   * end is the body's peak (tp 2 `coalesce on`: +5.5 GiB compiled; tp 8 mb 8: +0.1) */
-  if (c->pp <= 1 && c->zero >= 2) {
+  /* The deferred waits (`defer`: zero_defers_scatters and zero_defer_taken, plan_model_estimate; ZeRO-2/3,
+   * pp 1): a backward layer loop's scatters waited in the next iteration, their f32 inputs live through the
+   * whole body (passes/memplan_defer.c). A body makes its layer's gradients as it frees the layer's
+   * activations (`freed`: the whole layer's, recomputed or kept: rc none's units); waited in the iteration,
+   * a gradient is live from where it is made to the iteration's end, so the body's peak (its activations
+   * and the gradients made so far) is at its start or, where the layer's gradient outgrows its
+   * activations, at its end; held through the body, the whole layer is live at the start too: the peak
+   * grows by min(p_layer, freed), not a layer (Llama-3-405B dp 1024 tp 2 z3 rc full mb 1, compiled: +3.8
+   * GiB of the layer's 5.9; dp 256 tp 8+sp mb 8: +1.5 of 1.5). Where ZeRO-3's scatters are coalesced
+   * (zero3_coll_s: the packed [group, N] f32 gradient in `flat`, beside the gathers' whole where copy_s)
+   * the deferred input is that packed gradient, which without the deferral this model leaves out at pp 1
+   * (made at the body's end): a layer (tp 2 `coalesce on`: +2.3-2.4 GiB over the plan without, which is
+   * +5.5 over `coalesce off`) */
+  if (defer) {
     double freed = unit * (c->sp || tp == 1 ? act_units[RECOMPUTE_NONE] / tp
                                             : act_units[RECOMPUTE_NONE] / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
-    double packed = flat - (copy_s > 0 ? p_layer * cb / 4 : 0); /* (zero3_coll_s's flat: the gathers' whole where copy_s) */
-    if (packed > 0) e->cls[MEM_GRAD] += fmax(0, 2 * p_layer - freed) - fmax(0, p_layer - freed);
-    if (defer) e->cls[MEM_GRAD] += fmin(p_layer, freed);
+    bool packed = flat - (copy_s > 0 ? p_layer * cb / 4 : 0) > 0;
+    e->cls[MEM_GRAD] += packed ? p_layer : fmin(p_layer, freed);
   }
   /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3, no pp:
    * zero_defers_scatters, the decision passes/zero_defer.c takes): an iteration no longer reads what it
