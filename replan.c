@@ -22,7 +22,7 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
  * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.wcopy_fit_*,
  * the plan with the weights' persistent bf16 copies against it; Plan.defer_fit_*, the plan with the
  * deferred scatter waits against it). as_is: compiled with the auto choices these figures leave, not
- * planned again where that does not fit (the measuring compiles of replan_weight_copy, replan_defer_waits). */
+ * planned again where that does not fit (auto_memory's measuring compiles). */
 typedef struct {
   const double *sched_times;
   const int64_t *stage_fixed;
