@@ -489,10 +489,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (search) po.dump = NULL; /* the file's own plan is the search's base: not printed */
   Replan rp = {&arena, input, &fo, target, no_fuse};
   if (!search) replan_inputs(&rp, &arena, NULL, 0, m);
-  else { /* the base's bf16 copies and deferred waits as its build would keep them */
-    replan_weight_copy(&rp, &arena, NULL, 0, m);
-    replan_defer_waits(&rp, &arena, NULL, 0, m);
-  }
+  else replan_auto_memory(&rp, &arena, NULL, 0, m); /* the base's bf16 copies and deferred waits as its build keeps them */
   if (!pipeline_run(m, &po)) return 1;
   if (!search) replan_fuse_noop_notes(&rp, &arena, m);
   CostDevice dev;

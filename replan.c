@@ -22,7 +22,7 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
  * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.wcopy_fit_*,
  * the plan with the weights' persistent bf16 copies against it; Plan.defer_fit_*, the plan with the
  * deferred scatter waits against it). as_is: compiled with the auto choices these figures leave, not
- * planned again where that does not fit (the measuring compiles of replan_weight_copy, replan_defer_waits). */
+ * planned again where that does not fit (auto_memory's measuring compiles). */
 typedef struct {
   const double *sched_times;
   const int64_t *stage_fixed;
@@ -34,11 +34,12 @@ typedef struct {
   bool as_is;
 } PlanInputs;
 
+static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io);
+
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   m->plan.sched_times = zb_times(r, a, kv, n, m);
   stage_memory(r, a, kv, n, m);
-  replan_weight_copy(r, a, kv, n, m);
-  replan_defer_waits(r, a, kv, n, m);
+  replan_auto_memory(r, a, kv, n, m);
 }
 
 /* Compiles the source again with n extra overrides into arena a, its diagnostics written to
@@ -88,27 +89,92 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
   }
   fflush(diag);
   diag_free(&quiet);
-  /* `weight_copy auto` (passes/wshadow.c): planned with the persistent copies, which this plan does
-   * not fit: planned again with the per-layer casts, as replan_inputs decides for the command line's
-   * plan (one compile where the copies fit, two where they do not) */
+  /* `weight_copy auto` / `defer_waits auto`: planned with both (where open), which this plan does not fit:
+   * planned again with the combination auto_memory picks (one compile where the plan fits) */
   double total = 0, cap = 0;
-  if (ok && !in && m->plan.weight_copy == WCOPY_AUTO && m->wcopy.persistent && !fit_plan_fits(m, &total, &cap) &&
-      cap > 0) {
-    PlanInputs again = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, (int64_t)total, cap, 0, 0, false};
-    return compile_as(r, a, kv, n, diag, &again);
-  }
-  /* `defer_waits auto` (passes/zero_defer.c): planned with the deferred waits, which this plan does not
-   * fit: planned again with them waited in their own iteration (after the copies' choice above: the
-   * same order as replan_inputs's figures for the command line's plan) */
-  if (ok && !(in && (in->as_is || in->defer_fit_total)) && m->plan.defer_waits == DEFER_AUTO && m->defer.taken &&
+  if (ok && !in && ((m->plan.weight_copy == WCOPY_AUTO && m->wcopy.persistent) ||
+                    (m->plan.defer_waits == DEFER_AUTO && m->defer.taken)) &&
       !fit_plan_fits(m, &total, &cap) && cap > 0) {
-    PlanInputs again = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, m->plan.wcopy_fit_total,
-                        m->plan.wcopy_fit_cap, (int64_t)total, cap, false};
-    if (!in && m->plan.weight_copy == WCOPY_AUTO && m->wcopy.persistent && !again.wcopy_fit_total)
-      again.wcopy_fit_total = (int64_t)total, again.wcopy_fit_cap = cap; /* (it fits as replan_weight_copy measures it) */
+    PlanInputs again = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, 0, 0, 0, 0, false};
+    auto_memory(r, a, kv, n, m, m, &again);
     return compile_as(r, a, kv, n, diag, &again);
   }
   return ok ? m : NULL;
+}
+
+/* The cost model's predicted step of m (on its topology's device, or the profile's); 0 where it cannot say. */
+static double step_of(Replan *r, const Module *m) {
+  CostDevice dev;
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return 0;
+  Diag quiet; /* a profile that cannot be read: said by the caller's own read */
+  diag_init(&quiet, null, 0);
+  Diag *outer = diag_enter(&quiet);
+  cost_device_defaults(m, &dev);
+  bool ok = (!r->fo->profile_file || cost_profile_read(r->fo->profile_file, &dev)) && diag_errors() == 0;
+  diag_leave(outer);
+  diag_free(&quiet);
+  fclose(null);
+  if (!ok) return 0;
+  CostReport rep;
+  cost_estimate(m, &dev, &rep);
+  return rep.step_s;
+}
+
+/* The memory-dependent `auto` choices, made together (the one decision): `weight_copy auto` (the weights'
+ * persistent bf16 copies, passes/wshadow.c) and `defer_waits auto` (the backward loops' scatter waits in
+ * the next iteration, passes/zero_defer.c). The variants, in the order of their predicted speed: both
+ * (where open), each alone, neither. The first is compiled (or is `first`, a compile of the plan with the
+ * auto choices unmeasured: both taken) and kept where it fits the device (fit_plan_fits), one compile; where
+ * it does not, each alone is compiled and the fitting one the cost model has faster (its compiled step) is
+ * taken, else neither. The choice goes to the passes as the figures of the plan with each choice, in
+ * io->wcopy_fit_* / defer_fit_* (the pass drops a choice whose figure is over the device's memory, and says
+ * why in the memory report): a choice taken, the figure of the plan taken (it fits); a choice dropped, that
+ * of the plan with it and the other as taken (both: the first's; each alone: its own). Nothing where
+ * neither is open, without a device memory, or when a compile fails (the caller's own compile reports why). */
+static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io) {
+  const Plan *p = &m->plan;
+  bool open_c = p->weight_copy == WCOPY_AUTO && wshadow_may_persist(m),
+       open_d = p->defer_waits == DEFER_AUTO && p->zero >= 2 && p->pp <= 1 &&
+                !(m->mesh && !zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP]));
+  if (!open_c && !open_d) return;
+  enum { MAXKV = 64 };
+  if (n + 1 > MAXKV) return;
+  PlanInputs as_is = {io->sched_times, io->stage_fixed, io->stage_cap, 0, 0, 0, 0, true};
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return;
+  Module *m0 = first ? first : compile_as(r, a, kv, n, null, &as_is); /* auto without the figures: both */
+  double t0 = 0, cap = 0;
+  bool c0 = m0 && m0->memplan && open_c && m0->wcopy.persistent, d0 = m0 && m0->memplan && open_d && m0->defer.taken;
+  bool fits = (c0 || d0) && fit_plan_fits(m0, &t0, &cap);
+  if ((!c0 && !d0) || cap <= 0) {
+    fclose(null);
+    return;
+  }
+  if (fits || !(c0 && d0)) { /* the first taken where it fits; one choice open: without it */
+    if (c0) io->wcopy_fit_total = (int64_t)t0, io->wcopy_fit_cap = cap;
+    if (d0) io->defer_fit_total = (int64_t)t0, io->defer_fit_cap = cap;
+    fclose(null);
+    return;
+  }
+  /* both open, the plan with both over the device: each alone, [0] the copies, [1] the deferred waits */
+  static const char *const without[2] = {"defer_waits=off", "weight_copy=per_layer"};
+  double total[2] = {0, 0}, step[2] = {0, 0};
+  bool ok[2] = {false, false};
+  for (int k = 0; k < 2; k++) {
+    const char *kv2[MAXKV];
+    for (int i = 0; i < n; i++) kv2[i] = kv[i];
+    kv2[n] = without[k];
+    Module *mk = compile_as(r, a, kv2, n + 1, null, &as_is);
+    if (!mk || !mk->memplan) continue;
+    ok[k] = fit_plan_fits(mk, &total[k], &cap);
+    if (ok[k]) step[k] = step_of(r, mk);
+  }
+  fclose(null);
+  int pick = ok[0] && (!ok[1] || step[0] <= step[1]) ? 0 : ok[1] ? 1 : -1; /* -1: neither fits alone */
+  io->wcopy_fit_total = (int64_t)(pick == 0 ? total[0] : pick == 1 ? t0 : total[0] > 0 ? total[0] : t0);
+  io->defer_fit_total = (int64_t)(pick == 1 ? total[1] : pick == 0 ? t0 : total[1] > 0 ? total[1] : t0);
+  io->wcopy_fit_cap = io->defer_fit_cap = cap;
 }
 
 Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag) {
@@ -210,50 +276,13 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
   }
 }
 
-/* `weight_copy auto` under bf16 on the CUDA target (passes/wshadow.c): a quiet compile of the plan
- * with the persistent copies; its planned total and the device's memory (fit_plan_fits, the fit
- * check's own test) in Plan.wcopy_fit_*, so that the caller's compile takes the per-layer casts where
- * that plan does not fit. Nothing without a device memory, or when that compile fails or makes no
- * copies (the caller's own compile reports why). */
-void replan_weight_copy(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
-  if (m->plan.weight_copy != WCOPY_AUTO || !wshadow_may_persist(m) || m->plan.wcopy_fit_total ||
-      memplan_capacity(m, NULL, 0) <= 0)
-    return;
-  FILE *null = fopen("/dev/null", "w");
-  if (!null) return;
-  PlanInputs in = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, 0, 0, 0, 0, true};
-  Module *m0 = compile_as(r, a, kv, n, null, &in); /* auto without the figures: the persistent copies (and the
-                                                     * deferred waits, as compile_as's first compile) */
-  fclose(null);
-  double total = 0, cap = 0;
-  if (!m0 || !m0->memplan || !m0->wcopy.persistent) return;
-  fit_plan_fits(m0, &total, &cap);
-  if (cap <= 0) return;
-  m->plan.wcopy_fit_total = (int64_t)total;
-  m->plan.wcopy_fit_cap = cap;
-}
-
-/* `defer_waits auto` (passes/zero_defer.c): a quiet compile of the plan with the deferred scatter waits (the
- * copies' choice already made, replan_weight_copy); its planned total and the device's memory (fit_plan_fits)
- * in Plan.defer_fit_*, so that the caller's compile waits them in their own iteration where that plan does
- * not fit. Nothing where the plan has no such waits (zero_defers_scatters), without a device memory, or
- * when that compile fails (the caller's own compile reports why). */
-void replan_defer_waits(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
-  const Plan *p = &m->plan;
-  if (p->defer_waits != DEFER_AUTO || p->defer_fit_total || p->zero < 2 || p->pp > 1 || memplan_capacity(m, NULL, 0) <= 0 ||
-      (m->mesh && !zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP])))
-    return;
-  FILE *null = fopen("/dev/null", "w");
-  if (!null) return;
-  PlanInputs in = {p->sched_times, p->stage_fixed, p->stage_cap, p->wcopy_fit_total, p->wcopy_fit_cap, 0, 0, true};
-  Module *m0 = compile_as(r, a, kv, n, null, &in); /* auto without the figures: the deferred waits */
-  fclose(null);
-  double total = 0, cap = 0;
-  if (!m0 || !m0->memplan || !m0->defer.taken) return;
-  fit_plan_fits(m0, &total, &cap);
-  if (cap <= 0) return;
-  m->plan.defer_fit_total = (int64_t)total;
-  m->plan.defer_fit_cap = cap;
+void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+  Plan *p = &m->plan;
+  if (p->wcopy_fit_total || p->defer_fit_total || memplan_capacity(m, NULL, 0) <= 0) return;
+  PlanInputs io = {p->sched_times, p->stage_fixed, p->stage_cap, 0, 0, 0, 0, false};
+  auto_memory(r, a, kv, n, m, NULL, &io);
+  p->wcopy_fit_total = io.wcopy_fit_total, p->wcopy_fit_cap = io.wcopy_fit_cap;
+  p->defer_fit_total = io.defer_fit_total, p->defer_fit_cap = io.defer_fit_cap;
 }
 
 int64_t replan_total(void *ctx, const char *const *kv, int n) {

@@ -26,8 +26,8 @@ typedef struct {
 } Replan;
 
 /* The source compiled again with the overrides kv[0..n) ("key=value") into arena a, its plan's
- * inputs decided (replan_inputs; `weight_copy auto` from this compile: planned again with the
- * per-layer casts where the plan with the persistent copies does not fit), planned (pipeline_run, no
+ * inputs decided (replan_inputs; `weight_copy auto` and `defer_waits auto` from this compile: planned
+ * again with the combination replan_auto_memory's rule picks where the plan with both does not fit), planned (pipeline_run, no
  * per-pass verify), its diagnostics written to diag; NULL when it did not compile. The error count
  * is reset after. */
 Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag);
@@ -35,16 +35,12 @@ Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *
  * small quiet compiles) and `layers(balanced)`'s memory figures (from a quiet compile of the split
  * by time), set in m->plan before its passes run. */
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
-/* `weight_copy auto` under bf16 on the CUDA target (passes/wshadow.c), part of replan_inputs: a quiet
- * compile of m's plan with the weights' persistent bf16 copies; its planned total and the device's
- * memory into m->plan (wcopy_fit_*), so that m's own compile keeps per-layer casts where the plan with
- * the copies does not fit. Nothing without a device memory. */
-void replan_weight_copy(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
-/* `defer_waits auto` (passes/zero_defer.c), part of replan_inputs after replan_weight_copy: a quiet compile
- * of m's plan with the backward loops' scatter waits deferred; its planned total and the device's memory
- * into m->plan (defer_fit_*), so that m's own compile waits them in their iteration where the plan with
- * them does not fit. Nothing where the plan defers none, or without a device memory. */
-void replan_defer_waits(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
+/* `weight_copy auto` (passes/wshadow.c) and `defer_waits auto` (passes/zero_defer.c), part of
+ * replan_inputs: chosen together against the device's memory (replan.c, auto_memory): the plan with both
+ * compiled quietly and kept where it fits; else each alone, the fitting one the cost model has faster,
+ * else neither. The figures into m->plan (wcopy_fit_*, defer_fit_*), from which m's own compile takes
+ * them. Nothing where neither is open, or without a device memory. */
+void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
 /* The fit check's re-plan (FitReplan): the memory plan's total with the overrides, -1 when it does
  * not compile. ctx: a Replan. */
 int64_t replan_total(void *ctx, const char *const *kv, int n);

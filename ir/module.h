@@ -83,10 +83,10 @@ typedef struct {
   RecomputeKind recompute;
   CpMode cp_mode;     /* with cp > 1 (ring: the default) */
   WeightCopy weight_copy; /* as written (auto: the default); passes/wshadow.c decides, Module.wcopy says what */
-  /* auto: the driver's compile of the plan with the persistent copies (replan.c: replan_weight_copy, or
-   * the first of compile_as's two): its planned total per rank and the device's memory (0: not measured:
-   * no device memory known, or a test's module); passes/wshadow.c takes the per-layer casts where the
-   * total exceeds it */
+  /* auto: chosen with `defer_waits auto` by the driver (replan.c, auto_memory: replan_auto_memory, or
+   * compile_as's re-plan): the planned total per rank of the plan with the persistent copies (the one
+   * taken, or the smallest without it fitting) and the device's memory (0: not measured: no device memory
+   * known, or a test's module); passes/wshadow.c takes the per-layer casts where the total exceeds it */
   int64_t wcopy_fit_total;
   double wcopy_fit_cap;
   bool allow_cross_node_tp;
@@ -97,8 +97,8 @@ typedef struct {
   enum { COALESCE_AUTO, COALESCE_ON, COALESCE_OFF } coalesce;
   /* `defer_waits auto | on | off`: a backward layer loop's gradient reduce-scatters waited in the next
    * iteration (passes/zero_defer.c; their f32 inputs then live through the loop's body). auto: where the
-   * plan with them fits the device: the driver's compile of it (replan.c, replan_defer_waits, or the
-   * first of compile_as's) measures its planned total per rank and the device's memory into
+   * plan with them fits the device, chosen with `weight_copy auto` by the driver (replan.c, auto_memory): the
+   * planned total per rank of the plan with them (as for wcopy_fit_total) and the device's memory in
    * defer_fit_total / defer_fit_cap (0: not measured); zero_defer_taken decides from them */
   enum { DEFER_AUTO, DEFER_ON, DEFER_OFF } defer_waits;
   int64_t defer_fit_total;

@@ -342,13 +342,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double zd2 = c->zero >= 2 ? zg : 1, zd1 = c->zero >= 1 ? zg : 1;
   bool persistent;
   e->cls[MEM_PARAM] = p_rank * plan_param_share(base, c, pm->cb, &persistent);
-  /* ZeRO-2/3: one layer unreduced; where the backward loop's scatters are waited in the next iteration
-   * (`defer`: zero_defers_scatters and zero_defer_taken, plan_model_estimate) their f32 inputs live through
-   * the whole body beside the next layer's, passes/memplan_defer.c: one layer more (Llama-3-405B dp 1024 tp 2
-   * z3 rc full mb 1 +3.9 GiB compiled; `defer_waits auto` drops them where the plan does not fit with them,
-   * so a plan that fits no device keeps the smaller figure: GPT-3's closest plan on a 4 GiB device,
-   * tests/report/planner.sh, stays a pp 1 one) */
-  e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0) + (defer ? p_layer : 0);
+  /* ZeRO-2/3: one layer unreduced (see `held` below for the deferred waits) */
+  e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0);
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
   double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : act_units[r];
@@ -401,6 +396,25 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, &copy_s, &bcopy_s,
                            &flat, &gather_pt);
     if (c->pp > 1) gather += flat;
+  }
+  /* The deferred waits (`defer`: zero_defers_scatters and zero_defer_taken, plan_model_estimate; ZeRO-2/3,
+   * pp 1): a backward layer loop's scatters waited in the next iteration, their f32 inputs live through the
+   * whole body (passes/memplan_defer.c). A body makes its layer's gradients as it frees the layer's
+   * activations (`freed`: the whole layer's, recomputed or kept: rc none's units); waited in the iteration,
+   * a gradient is live from where it is made to the iteration's end, so the body's peak (its activations
+   * and the gradients made so far) is at its start or, where the layer's gradient outgrows its
+   * activations, at its end; held through the body, the whole layer is live at the start too: the peak
+   * grows by min(p_layer, freed), not a layer (Llama-3-405B dp 1024 tp 2 z3 rc full mb 1, compiled: +3.8
+   * GiB of the layer's 5.9; dp 256 tp 8+sp mb 8: +1.5 of 1.5). Where ZeRO-3's scatters are coalesced
+   * (zero3_coll_s: the packed [group, N] f32 gradient in `flat`, beside the gathers' whole where copy_s)
+   * the deferred input is that packed gradient, which without the deferral this model leaves out at pp 1
+   * (made at the body's end): a layer (tp 2 `coalesce on`: +2.3-2.4 GiB over the plan without, which is
+   * +5.5 over `coalesce off`) */
+  if (defer) {
+    double freed = unit * (c->sp || tp == 1 ? act_units[RECOMPUTE_NONE] / tp
+                                            : act_units[RECOMPUTE_NONE] / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
+    bool packed = flat - (copy_s > 0 ? p_layer * cb / 4 : 0) > 0;
+    e->cls[MEM_GRAD] += packed ? p_layer : fmin(p_layer, freed);
   }
   /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3, no pp:
    * zero_defers_scatters, the decision passes/zero_defer.c takes): an iteration no longer reads what it

@@ -14,8 +14,10 @@
  *     kind RT_T_COPY) make it by one cast of the parameter at start, on resume and after loading
  *     weights. It costs 2 B per parameter per rank of persistent memory;
  *   - per layer: today's casts, left for passes/wcast.c.
- * `weight_copy auto` (the default) takes persistent unless the driver's compile of the plan with it
- * did not fit the device (Plan.wcopy_fit_total, replan.c); `weight_copy persistent | per_layer`
+ * `weight_copy auto` (the default) takes persistent unless the driver's choice against the device's memory,
+ * made together with `defer_waits auto` (replan.c, auto_memory: the plan with both where it fits, else the
+ * faster of each alone that fits, else neither), dropped it (Plan.wcopy_fit_total over wcopy_fit_cap: the
+ * plan with it did not fit); `weight_copy persistent | per_layer`
  * chooses by hand, and is refused where it cannot be applied.
  *
  * Runs after shard (the cast's per-rank type and sharding are the copy's) and before accum (the

@@ -118,5 +118,26 @@ expect 1 "error: \`defer_waits on\`: $dwhat pipeline stages" -- plan models/tiny
 sed 's/^  dp auto$/  dp auto\n  zero 1\n  defer_waits on/' models/tiny.model >"$tmp/dw.model"
 expect 1 "$tmp/dw.model:25:3: error: \`defer_waits on\`: $dwhat no ZeRO-2/3" "   25 |   defer_waits on" "      |   ^" -- plan "$tmp/dw.model" --world 2
 expect 1 "error: \`defer_waits\` needs one of auto, on or off, got \`always\`" -- plan models/tiny.model --world 2 -D zero=2 -D defer_waits=always
-[ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy and defer_waits decided and refused"
+# The two memory-dependent auto choices made together (replan.c, auto_memory): tiny zero 2 over dp 2 under bf16 on
+# the CUDA target, its persistent bf16 copies and deferred waits: 4,105,792 B per rank with both, 3,905,856 with the
+# copies alone (7.72 ms a step by the cost model), 4,138,816 with the deferred waits alone (7.91 ms), 3,938,880 with
+# neither. On 100 MiB both are kept; on 3.815 MiB (4,000,317 B) the copies alone (was: neither, the copies dropped
+# first and the deferral then measured without them); on 3.5 MiB nothing fits: neither, each line over, the fit
+# check's error.
+bf=(plan models/tiny.model --world 2 --target cuda -D precision=bf16 -D zero=2)
+for mem in 100:100 3.815:3m8 3.5:3m5; do
+  sed "s/memory 8 GiB/memory ${mem%%:*} MiB/; s/topology cpu/topology cpu_${mem##*:}/" models/topo/cpu.topo >"$tmp/b${mem##*:}.topo"
+done
+bw="persistent copies (in params), written by the update: one cast a step"
+bl="cast where read (per layer in the loops); kept, they would hold this"
+expect_stdout=1 expect 0 "#   total                     4105792 B" "$bw: it fits: 3.9 MiB per rank planned with it, of the device's 100.0 MiB" \
+  "$dw in the next iteration, their f32 inputs held through the body: it fits: 3.9 MiB per rank planned with them, of the device's 100.0 MiB" \
+  -- "${bf[@]}" --topology "$tmp/b100.topo"
+expect_stdout=1 expect 0 "#   total                     3905856 B" "$bw: it fits: 3.7 MiB per rank planned with it, of the device's 3.8 MiB" \
+  "$dw in their own iteration: the plan with them needs 3.9 MiB per rank, over the device's 3.8 MiB" "cpu memory: fits" \
+  -- "${bf[@]}" --topology "$tmp/b3m8.topo"
+expect_stdout=1 expect 1 "#   total                     3938880 B" "$bl: the plan with the persistent copy (0.2 MiB) needs 3.7 MiB per rank, over the device's 3.5 MiB" \
+  "$dw in their own iteration: the plan with them needs 3.9 MiB per rank, over the device's 3.5 MiB" \
+  "error: the plan does not fit: 3.8 MiB per rank, over the cpu memory of 3.5 MiB" -- "${bf[@]}" --topology "$tmp/b3m5.topo"
+[ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy and defer_waits decided (together) and refused"
 exit $status

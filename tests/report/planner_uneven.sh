@@ -26,10 +26,11 @@
 #     ZeRO-3 traffic behind the step's compute: 0.86 and 0.84); Meta's plan (tp 8 pp 16 [7, 8, ..., 8, 7]),
 #     analytic memory within 2 % of the compiled (1.02 when the first stage's loads had the middle stages'
 #     layers) and a fit by the model (its memory x the fragmentation allowance within the 80 GiB: x 1.07 it
-#     was not); and the two pp 1 rows' analytic memory between 0.96 and 1.10 of the compiled: their
+#     was not); and the pp 1 rows' analytic memory between 0.96 and 1.03 of the compiled: their
 #     deferred scatter waits (passes/zero_defer.c) hold a layer's f32 gradient inputs through the backward
-#     body, which the model counts where the plan takes them (`defer_waits auto`: 0.97 and 1.06; 0.94 and
-#     0.95 without that layer)
+#     body, which the model counts where the plan takes them (`defer_waits auto`), less what of the layer
+#     was live at the body's peak without them (min(layer, its activations freed): 0.97, 1.00 and 0.99 for
+#     tp 8+sp, tp 2 and tp 2+sp; 0.97, 1.06 and 1.09 with the whole layer; 0.94, 0.95 and 0.94 without it)
 #  e. ZeRO-3 under pp: Llama-3-405B `dp 128 tp 2+sp pp 2 1f1b cp 4 z3`'s analytic step within 10 % of its
 #     compiled one (each gather and scatter pays its ring's latency: 512 ranks, 2.6 ms a collective; the
 #     coalesced gathers' copies), its memory within 7 % (the coalesced gathers' flat buffer).
@@ -150,7 +151,7 @@ echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "GiB") m[++n] =
 
 # f. the backward loops' waits for their reduce-scatters; Meta's plan's memory and fit
 z3full=(-D pp=1 -D pp_layers=even -D cp=1 -D zero=3 -D recompute=full --confirm 1 --top 1)
-for row in "256 8 on 8 dp 256 tp 8\+sp" "1024 2 off 1 dp 1024 tp 2"; do
+for row in "256 8 on 8 dp 256 tp 8\+sp" "1024 2 off 1 dp 1024 tp 2" "1024 2 on 1 dp 1024 tp 2\+sp"; do
   read -r dp tp sp mb lab <<<"$row"
   out=$("$shardc" plan models/llama3-405b.model --target cuda --search -D dp="$dp" -D tp="$tp" -D sp="$sp" \
     -D micro_batch="$mb" "${z3full[@]}" 2>&1) || { bad "llama3-405b dp $dp tp $tp z3 mb $mb: the search failed: $out"; continue; }
@@ -160,8 +161,8 @@ for row in "256 8 on 8 dp 256 tp 8\+sp" "1024 2 off 1 dp 1024 tp 2"; do
     exit !(n == 2 && t[2] > 0 && t[1] / t[2] > 0.95 && t[1] / t[2] < 1.05) }' ||
     bad "llama3-405b dp $dp tp $tp z3 rc full mb $mb: analytic step not within 5 % of the compiled: $arow"
   echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "GiB") m[++n] = $(i - 1)
-    exit !(n == 2 && m[2] > 0 && m[1] / m[2] >= 0.96 && m[1] / m[2] <= 1.10) }' ||
-    bad "llama3-405b dp $dp tp $tp z3 rc full mb $mb: analytic memory not within 0.96-1.10 of the compiled (the deferred waits' layer): $arow"
+    exit !(n == 2 && m[2] > 0 && m[1] / m[2] >= 0.96 && m[1] / m[2] <= 1.03) }' ||
+    bad "llama3-405b dp $dp tp $tp sp $sp z3 rc full mb $mb: analytic memory not within 0.96-1.03 of the compiled (the deferred waits' share of a layer): $arow"
 done
 out=$("$shardc" plan models/llama3-405b.model --target cuda --search -D tp=8 -D pp=16 -D cp=1 -D zero=1 -D recompute=selective \
   -D micro_batch=1 -D schedule=1f1b -D sp=on --confirm 1 --top 1 2>&1) || bad "llama3-405b Meta's plan: the search failed: $out"
