@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diag.h"
 #include "memplan_pack.h"
 
 typedef struct {
@@ -417,15 +418,38 @@ static void take_links(Interval *iv, int n, int kinds, const int *start, Arena *
  * the first's floor. The first within 1 / MEMPLAN_LINK_SLACK of the least arena is kept. */
 static const int link_tries[] = {LINK_ROWS | LINK_SELECT, LINK_ROWS, LINK_SELECT, 0};
 
+/* SHARDC_MEMPLAN_LINKS (for benchmarks: bench/memplan_links.sh): the one link kind every packing takes, "all",
+ * "rows", "selects" or "none"; unset or empty: the choice above. -1: unset. */
+static int forced_links(void) {
+  static int kinds = -2;
+  if (kinds != -2) return kinds;
+  const char *e = getenv("SHARDC_MEMPLAN_LINKS");
+  if (!e || !*e) kinds = -1;
+  else if (!strcmp(e, "all")) kinds = LINK_ROWS | LINK_SELECT;
+  else if (!strcmp(e, "rows")) kinds = LINK_ROWS;
+  else if (!strcmp(e, "selects")) kinds = LINK_SELECT;
+  else if (!strcmp(e, "none")) kinds = 0;
+  else
+    die("SHARDC_MEMPLAN_LINKS=%s: not a link kind (all, rows, selects, none: the links in place every packing takes; "
+        "unset: the most within 1/%d of the least arena)", e, MEMPLAN_LINK_SLACK);
+  return kinds;
+}
+
 static int64_t pack_links(Interval *iv, int n, Arena *a, int64_t *plain, int *kinds) {
   bool links = false;
   for (int i = 0; i < n && !links; i++) links = iv[i].up;
   *kinds = 0;
+  int forced = forced_links(); /* (read, and checked, once a process) */
   if (!links) return pack_orders(iv, n, a, plain, NULL);
   enum { TRIES = sizeof link_tries / sizeof *link_tries };
   int *start = ARENA_ARRAY(a, int, n + 1);
   int64_t *off[TRIES], got[TRIES], pl[TRIES], floor0 = 0, least = -1;
   for (int i = 0; i < n; i++) start[i] = iv[i].start;
+  if (forced >= 0) {
+    *kinds = forced;
+    take_links(iv, n, *kinds, start, a);
+    return pack_orders(iv, n, a, plain, NULL);
+  }
   for (int t = 0; t < TRIES; t++) {
     int64_t fl;
     take_links(iv, n, link_tries[t], start, a);
