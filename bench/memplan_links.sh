@@ -4,7 +4,8 @@
 # models/, ZeRO 0-3, recompute; the Llama-3-405B and GPT-3 rows of docs/planner.md), the rank's
 # allocation (`#   total` of `shardc plan`, MiB, the largest rank class's) with every packing forced to
 # take every link, the rows alone, the selects alone and none (SHARDC_MEMPLAN_LINKS), the allocation the
-# default choice gives, its planned peak, and the default compile's wall seconds. The last columns:
+# default choice gives, its planned peak, the links in place it takes of all (SHARDC_MEMPLAN_LINKS=report) and
+# the default compile's wall seconds. The last columns:
 # every link's allocation over no link's (the fully linked packing's cost or gain) and over the peak.
 #   bench/memplan_links.sh [SHARDC] [FILTER]
 # FILTER: a regular expression; only the plans whose name matches run.
@@ -44,7 +45,7 @@ configs=(
 )
 mib() { grep -E '^#   (peak|total) +[0-9]+ B' | awk '$2 == "peak" { p = $3 } $2 == "total" && p > best { best = p; t = $3 }
   END { if (best) printf "%.2f %.2f", best / 1048576, t / 1048576; else printf "- -" }'; }
-printf '%-32s %11s %11s %11s %11s %11s %11s %7s %7s %7s\n' plan peak default all rows selects none all/none all/peak seconds
+printf '%-32s %11s %11s %9s %11s %11s %11s %11s %7s %7s %7s\n' plan peak default links all rows selects none all/none all/peak seconds
 for c in "${configs[@]}"; do
   name=${c%%|*}
   [[ $name =~ $filter ]] || continue
@@ -52,11 +53,13 @@ for c in "${configs[@]}"; do
   t0=$(date +%s.%N)
   read -r peak def < <(timeout 600 "$shardc" plan "${args[@]}" 2>/dev/null | mib)
   secs=$(echo "$(date +%s.%N) - $t0" | bc)
+  links=$(SHARDC_MEMPLAN_LINKS=report timeout 600 "$shardc" plan "${args[@]}" 2>&1 >/dev/null |
+    awk '/memplan: .* links in place/ { t += $5; a += $7 } END { printf "%d/%d", t, a }')
   row=()
   for k in all rows selects none; do
     read -r _ t < <(SHARDC_MEMPLAN_LINKS=$k timeout 600 "$shardc" plan "${args[@]}" 2>/dev/null | mib)
     row+=("$t")
   done
   ratio=$(awk -v a="${row[0]}" -v n="${row[3]}" -v p="$peak" 'BEGIN { if (n + 0 && p + 0) printf "%.4f %.4f", a / n, a / p; else printf "- -" }')
-  printf '%-32s %11s %11s %11s %11s %11s %11s %7s %7s %7.2f\n' "$name" "$peak" "$def" "${row[@]}" $ratio "$secs"
+  printf '%-32s %11s %11s %9s %11s %11s %11s %11s %7s %7s %7.2f\n' "$name" "$peak" "$def" "$links" "${row[@]}" $ratio "$secs"
 done

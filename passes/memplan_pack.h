@@ -85,6 +85,14 @@ enum {
  * it meets on a rank (PACK_END_BEST_FIT: the free gap that leaves the least over); sets every
  * offset, returns the arena's size. */
 int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a);
+/* The packing of memplan_pack without links (passes/memplan_links.c decides those: Interval.with, .delta as
+ * they are): the smallest of the orders above, largest first over the plain sizes (that arena into *plain),
+ * the peak (memplan_pack_floor) into *floor (NULL: not wanted). */
+int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64_t *floor);
+/* The intervals fixed[i] >= 0 gives (a group's leader, Interval.with: its group) at that offset, then the
+ * others in order `how` (a group by its whole lifetime) as memplan_pack_order places them; offsets into off
+ * (by index), returns the arena's size. */
+int64_t memplan_pack_fixed(const Interval *iv, int n, const int64_t *fixed, int how, int64_t *off, Arena *a);
 /* The peak of live bytes on one rank over the intervals' lifetimes: no packing's arena is smaller. */
 int64_t memplan_pack_floor(const Interval *iv, int n, Arena *a);
 
