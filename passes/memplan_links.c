@@ -184,15 +184,15 @@ static int64_t pack_links(Interval *iv, int n, Arena *a, int64_t *plain, int *ki
   const int64_t *offs = off[pick];
   *kinds = link_tries[pick];
   /* every link (forced: every one of its kind) from the least packing (forced: from none), group by group: each
-   * group in the holes the others leave; kept where no larger than the pick's (forced, or the pick every link
-   * already: where smaller) */
+   * group in the holes the others leave; kept where no larger than the pick's (forced: where smaller; not tried
+   * where the pick takes every link: a pipeline's deep schedules would repeat their packs per group) */
   int want = forced >= 0 ? forced : LINK_ALL;
-  if (want && (*kinds != want || forced >= 0 || got[pick] > least)) {
+  if (want && (*kinds != want || forced >= 0)) {
     int from = forced >= 0 ? TRIES - 1 : 0; /* (forced: from none) */
     while (forced < 0 && got[from] != least) from++;
     int64_t *o = ARENA_ARRAY(a, int64_t, n + 1);
     int64_t gsize = pack_groups(iv, n, link_tries[from], want, start, off[from], -1, NULL, a);
-    if (gsize < size || (forced < 0 && gsize == size && *kinds != want)) {
+    if (gsize < size || (forced < 0 && gsize == size)) {
       for (int i = 0; i < n; i++) o[i] = iv[i].offset;
       size = gsize, offs = o, *kinds = want;
     }
