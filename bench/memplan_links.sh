@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory plan's links in place (passes/memplan_views.c "Rows in place"; passes/memplan_pack.c takes
+# The memory plan's links in place (passes/memplan_views.c "Rows in place"; passes/memplan_links.c takes
 # or leaves each): for plans that have them (interleaved and uneven pipeline stages over the models in
 # models/, ZeRO 0-3, recompute; the Llama-3-405B and GPT-3 rows of docs/planner.md), the rank's
 # allocation (`#   total` of `shardc plan`, MiB, the largest rank class's) with every packing forced to

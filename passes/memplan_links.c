@@ -11,10 +11,11 @@
  * Coupled offsets can pack worse than the copies: a group takes its bytes on every stage at once, and its
  * rows' holes (a chunk's rows before its sum begins) fit only what their size and lifetimes let in. So a
  * packing tries, in turn, every link, the rows alone, the selects alone and none, each by the orders of
- * memplan_pack_orders, and then, from the packing with none, each group in turn with its links taken, placed
- * in the holes the others leave (the bytes its copies took are free there): kept where the arena does not
- * grow past that packing's (pack_groups). Of these the one with the most links within 1 / MEMPLAN_LINK_SLACK
- * of the least arena is kept.
+ * memplan_pack_orders, and picks the first within 1 / MEMPLAN_LINK_SLACK of the least arena. Where that leaves
+ * links out, each group in turn is placed again with its links, the other intervals where they are
+ * (pack_groups): from the least packing, every group so where the arena is no larger than the pick's; else,
+ * from the pick, each group whose links fit without growing its arena (each interval's kinds then its own).
+ * No arena grows over the pick's.
  */
 #include <stdio.h>
 #include <stdlib.h>
