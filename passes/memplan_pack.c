@@ -255,10 +255,28 @@ static int coords_at(const Coords *c, int p) {
 
 #define PACK_LOCAL_ARENA 4096 /* intervals past which a try's index has an arena of its own */
 
+/* Places group lead (its members: first, next; a lone interval: none) at offset off, each member delta bytes above
+ * it: its bytes added to the index of each stage it is on, its offset to off_by, the arena's *size grown to hold it. */
+static void place(const Interval *iv, int lead, int64_t off, const int *first, const int *next, Pool *pool,
+                  Placed *by_stage, const Coords *pos, const int *leaves, int nst, int64_t *off_by, int64_t *size) {
+  for (int m = lead; m >= 0; m = m == lead ? first[lead] : next[m]) {
+    const Interval *y = &iv[m];
+    int64_t at = off + (m == lead ? 0 : y->delta);
+    off_by[m] = at;
+    if (at + y->bytes > *size) *size = at + y->bytes;
+    for (int s = 0; s <= nst; s++)
+      if (on_stage(y, s))
+        placed_add(pool, &by_stage[s], leaves[s], coords_at(&pos[s], y->start), coords_at(&pos[s], y->end), at,
+                   at + y->bytes);
+  }
+}
+
 /* Greedy placement in the order given: each interval at the lowest offset (best: the best-fit gap's,
- * best_fit) that does not overlap a placed interval whose lifetime meets its own on a rank; offsets
- * into off_by (by index). Returns the arena size. */
-static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bool best, int64_t *off_by, Arena *caller) {
+ * best_fit) that does not overlap a placed interval whose lifetime meets its own on a rank, or where
+ * `fixed` (NULL: none) puts it (fixed[i] >= 0: interval or group leader i's offset, placed as it
+ * comes in the order); offsets into off_by (by index). Returns the arena size. */
+static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bool best, const int64_t *fixed,
+                             int64_t *off_by, Arena *caller) {
   Arena local; /* (a large set's index freed after each try; a small one's from the caller's arena) */
   arena_init(&local);
   Arena *a = n > PACK_LOCAL_ARENA ? &local : caller;
@@ -291,6 +309,10 @@ static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bo
   for (int oi = 0; oi < n; oi++) {
     int lead = order[oi].i, k = 0;
     if (iv[lead].with) continue; /* (with its leader) */
+    if (fixed && fixed[lead] >= 0) {
+      place(iv, lead, fixed[lead], first, next, &pool, by_stage, pos, leaves, nst, off_by, &size);
+      continue;
+    }
     for (int m = lead; m >= 0; m = m == lead ? first[lead] : next[m]) {
       /* the placed intervals meeting x's lifetime, of the stages x meets: every rank's and its own
        * (an every-rank value: all) */
@@ -308,16 +330,7 @@ static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bo
     int64_t off = !flat ? fit_group(iv, meet, um, k, cur)
                   : best            ? best_fit(meet, k, cur, x->bytes, size)
                                     : first_fit(meet, k, cur, x->bytes);
-    for (int m = lead; m >= 0; m = m == lead ? first[lead] : next[m]) {
-      const Interval *y = &iv[m];
-      int64_t at = off + (m == lead ? 0 : y->delta);
-      off_by[m] = at;
-      if (at + y->bytes > size) size = at + y->bytes;
-      for (int s = 0; s <= nst; s++)
-        if (on_stage(y, s))
-          placed_add(&pool, &by_stage[s], leaves[s], coords_at(&pos[s], y->start), coords_at(&pos[s], y->end), at,
-                     at + y->bytes);
-    }
+    place(iv, lead, off, first, next, &pool, by_stage, pos, leaves, nst, off_by, &size);
   }
   arena_free(&local);
   return size;
@@ -336,10 +349,10 @@ static PackKey pack_key(const Interval *x, int i, int how) {
   }
 }
 
-int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a) {
-  PackKey *order = ARENA_ARRAY(a, PackKey, n + 1);
-  int64_t *off = ARENA_ARRAY(a, int64_t, n + 1);
-  Interval *span = NULL; /* a group's leader ordered by the group's lifetime (Interval.with), its members by theirs */
+/* The intervals as the orders see them: a group's leader with the group's lifetime (Interval.with), its members
+ * with theirs; iv itself where no group. */
+static const Interval *group_spans(const Interval *iv, int n, Arena *a) {
+  Interval *span = NULL;
   for (int i = 0; i < n; i++)
     if (iv[i].with) {
       if (!span) {
@@ -350,9 +363,16 @@ int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a) {
       if (iv[i].start < l->start) l->start = iv[i].start;
       if (iv[i].end > l->end) l->end = iv[i].end;
     }
-  for (int i = 0; i < n; i++) order[i] = pack_key(span ? &span[i] : &iv[i], i, how);
+  return span ? span : iv;
+}
+
+int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a) {
+  PackKey *order = ARENA_ARRAY(a, PackKey, n + 1);
+  int64_t *off = ARENA_ARRAY(a, int64_t, n + 1);
+  const Interval *span = group_spans(iv, n, a);
+  for (int i = 0; i < n; i++) order[i] = pack_key(&span[i], i, how);
   qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
-  int64_t size = pack_in_order(iv, n, order, how == PACK_END_BEST_FIT, off, a);
+  int64_t size = pack_in_order(iv, n, order, how == PACK_END_BEST_FIT, NULL, off, a);
   for (int i = 0; i < n; i++) iv[i].offset = off[i];
   return size;
 }
@@ -361,7 +381,7 @@ int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a) {
  * greedy), then the others; no more once an arena is down to the peak (no order does better).
  * Where a block's plain size differs, largest first over the plain sizes too (each block then in
  * a place at least its size). */
-static int64_t pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64_t *floor_out) {
+int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64_t *floor_out) {
   int64_t *best = ARENA_ARRAY(a, int64_t, n + 1), size = -1, plain_size = -1;
   bool differs = false;
   for (int i = 0; i < n; i++) differs = differs || (iv[i].plain && iv[i].plain != iv[i].bytes);
@@ -389,128 +409,13 @@ static int64_t pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64_
   return size < 0 ? 0 : size;
 }
 
-/* Rows in place (memplan_views.c): an interval written into a node's output has a link to that output's
- * (Interval.up), of one of two kinds: a concat's or pad's rows, or a stage_select's place. A packing takes
- * the links of some kinds: each interval then with the one its taken links lead to (Interval.with, .delta),
- * a node's output whose links are taken live from past it, else from it (Interval.apart: it copies). */
-enum { LINK_ROWS = 1, LINK_SELECT = 2 };
-
-static bool linked(const Interval *x, int kinds) { return x->up && (kinds & (x->upsel ? LINK_SELECT : LINK_ROWS)); }
-
-static void take_links(Interval *iv, int n, int kinds, const int *start, Arena *a) {
-  bool *parent = ARENA_ARRAY(a, bool, n + 1);
+int64_t memplan_pack_fixed(const Interval *iv, int n, const int64_t *fixed, int how, int64_t *off, Arena *a) {
+  const Interval *span = group_spans(iv, n, a);
+  PackKey *order = ARENA_ARRAY(a, PackKey, n + 1);
   for (int i = 0; i < n; i++)
-    if (linked(&iv[i], kinds)) parent[iv[i].up - 1] = true;
-  for (int i = 0; i < n; i++) {
-    int w = i;
-    int64_t d = 0;
-    for (; linked(&iv[w], kinds); w = iv[w].up - 1) d += iv[w].updelta;
-    iv[i].with = w != i ? w + 1 : 0;
-    iv[i].delta = w != i ? d : 0;
-    if (iv[i].apart) iv[i].start = parent[i] ? start[i] : iv[i].apart - 1;
-  }
-}
-
-/* The links' kinds a packing tries, in turn: every copy in place, then the concats' and pads' rows alone,
- * the selects' alone, none (a placement in place can pack worse than the copies where the step's peak is
- * elsewhere: Llama-3-405B pp 2 int2 z3 packs 3.5 % smaller with the rows alone); no more once one is down to
- * the first's floor. The first within 1 / MEMPLAN_LINK_SLACK of the least arena is kept. */
-static const int link_tries[] = {LINK_ROWS | LINK_SELECT, LINK_ROWS, LINK_SELECT, 0};
-
-static int64_t pack_links(Interval *iv, int n, Arena *a, int64_t *plain, int *kinds) {
-  bool links = false;
-  for (int i = 0; i < n && !links; i++) links = iv[i].up;
-  *kinds = 0;
-  if (!links) return pack_orders(iv, n, a, plain, NULL);
-  enum { TRIES = sizeof link_tries / sizeof *link_tries };
-  int *start = ARENA_ARRAY(a, int, n + 1);
-  int64_t *off[TRIES], got[TRIES], pl[TRIES], floor0 = 0, least = -1;
-  for (int i = 0; i < n; i++) start[i] = iv[i].start;
-  for (int t = 0; t < TRIES; t++) {
-    int64_t fl;
-    take_links(iv, n, link_tries[t], start, a);
-    got[t] = pack_orders(iv, n, a, &pl[t], &fl);
-    off[t] = ARENA_ARRAY(a, int64_t, n + 1);
-    for (int i = 0; i < n; i++) off[t][i] = iv[i].offset;
-    if (least < 0 || got[t] < least) least = got[t];
-    if (!t) floor0 = fl; /* (every link taken: the lowest floor of all) */
-    if (got[t] == floor0) break;
-  }
-  /* the most links within MEMPLAN_LINK_SLACK of the least arena: the copies they save cost a little packing */
-  int pick = 0;
-  while (got[pick] > least + least / MEMPLAN_LINK_SLACK) pick++;
-  *kinds = link_tries[pick];
-  take_links(iv, n, *kinds, start, a);
-  for (int i = 0; i < n; i++) iv[i].offset = off[pick][i];
-  if (plain) *plain = pl[pick];
-  return got[pick];
-}
-
-int64_t memplan_pack(Interval *iv, int n, Arena *a, int64_t *plain) {
-  int kinds;
-  return pack_links(iv, n, a, plain, &kinds);
-}
-
-/* A set of intervals packed before: what the packing reads of each (bytes, lifetime, stage, set, plain),
- * the offsets it gave and its arena. A pipeline schedule's region bodies repeat (one per
- * micro-batch and chunk: 16,384 at pp 32 x 4 chunks, 1024 micro-batches), each the same set. */
-typedef struct MemoSet {
-  struct MemoSet *next;
-  uint64_t hash;
-  int n;
-  int64_t *key; /* [MEMO_KEY n] */
-  int64_t *off; /* [n] */
-  int64_t size, plain;
-  int kinds; /* the links taken (pack_links) */
-} MemoSet;
-
-enum { MEMO_BUCKETS = 1024, MEMO_KEY = 9 };
-struct PackMemo {
-  Arena *a;
-  MemoSet *bucket[MEMO_BUCKETS];
-};
-
-PackMemo *memplan_pack_memo_new(Arena *a) {
-  PackMemo *m = ARENA_NEW(a, PackMemo);
-  m->a = a;
-  return m;
-}
-
-static void memo_key(const Interval *iv, int n, int64_t *key) {
-  for (int i = 0; i < n; i++) {
-    int64_t *k = key + MEMO_KEY * (size_t)i;
-    k[0] = iv[i].bytes, k[1] = iv[i].start, k[2] = iv[i].end, k[3] = iv[i].stage, k[4] = (int64_t)iv[i].set;
-    k[5] = iv[i].plain, k[6] = iv[i].updelta, k[7] = iv[i].apart, k[8] = 2 * (int64_t)iv[i].up + iv[i].upsel;
-  }
-}
-
-int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a, int64_t *plain) {
-  if (!memo) return memplan_pack(iv, n, a, plain);
-  int64_t *key = ARENA_ARRAY(a, int64_t, MEMO_KEY * (size_t)n + 1);
-  memo_key(iv, n, key);
-  uint64_t h = 1469598103934665603ull ^ (uint64_t)n; /* FNV-1a over the key's words */
-  for (size_t i = 0; i < MEMO_KEY * (size_t)n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
-  MemoSet **b = &memo->bucket[h % MEMO_BUCKETS];
-  for (MemoSet *e = *b; e; e = e->next)
-    if (e->hash == h && e->n == n && !memcmp(e->key, key, MEMO_KEY * (size_t)n * sizeof *key)) {
-      int *start = ARENA_ARRAY(a, int, n + 1); /* (the links the packing took) */
-      for (int i = 0; i < n; i++) start[i] = iv[i].start;
-      take_links(iv, n, e->kinds, start, a);
-      for (int i = 0; i < n; i++) iv[i].offset = e->off[i];
-      if (plain) *plain = e->plain;
-      return e->size;
-    }
-  MemoSet *e = ARENA_NEW(memo->a, MemoSet);
-  e->hash = h, e->n = n;
-  e->key = ARENA_ARRAY(memo->a, int64_t, MEMO_KEY * (size_t)n + 1);
-  memcpy(e->key, key, MEMO_KEY * (size_t)n * sizeof *key);
-  e->size = pack_links(iv, n, a, &e->plain, &e->kinds);
-  e->off = ARENA_ARRAY(memo->a, int64_t, n + 1);
-  for (int i = 0; i < n; i++) e->off[i] = iv[i].offset;
-  e->next = *b;
-  *b = e;
-  if (plain) *plain = e->plain;
-  return e->size;
+    order[i] = fixed[i] >= 0 ? (PackKey){INT64_MIN, 0, i} : pack_key(&span[i], i, how);
+  qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
+  return pack_in_order(iv, n, order, how == PACK_END_BEST_FIT, fixed, off, a);
 }
 
 /* The peak over positions and, under pipeline parallelism, over stages (a rank holds every

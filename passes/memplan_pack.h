@@ -1,5 +1,5 @@
-/* passes/memplan_pack.h — the memory plan's intervals and their allocator (memplan_pack.c),
- * shared by passes/memplan.c. */
+/* passes/memplan_pack.h — the memory plan's intervals and their allocator (memplan_pack.c; the links in
+ * place it takes and its memo: memplan_links.c), shared by passes/memplan.c. */
 #ifndef SHARDC_MEMPLAN_PACK_H
 #define SHARDC_MEMPLAN_PACK_H
 
@@ -22,8 +22,8 @@ typedef struct {
   /* rows in place (memplan_views.c): up, 1 + the index of the interval it is written into (a node's output),
    * updelta bytes above its offset, upsel whether that node is a stage_select (else a concat's or pad's rows);
    * apart, where it is such a node's output, 1 + its start where the node copies (the links not taken; its
-   * start: past the node). memplan_pack decides which links it takes (with, delta: the leader it is placed
-   * with, delta bytes above its offset; 0: its own place). */
+   * start: past the node). memplan_pack decides which links it takes (memplan_links.c; with, delta: the leader
+   * it is placed with, delta bytes above its offset; 0: its own place). */
   int up, apart;
   bool upsel;
   int64_t updelta;
@@ -54,7 +54,8 @@ void memplan_place_host(Graph *g, MemPlan *mp, Arena *tmp);
  * smallest of the greedy packings in the orders below (the first smallest; the first order alone
  * where its arena is memplan_pack_floor), and of largest first over the blocks' plain sizes, so
  * never over what largest first alone at every level gives, which *plain (NULL: not wanted) gets:
- * a body's block is smaller or the same, and a smaller block may pack worse by one greedy. */
+ * a body's block is smaller or the same, and a smaller block may pack worse by one greedy. With links in place
+ * (Interval.up), the links it takes too (memplan_links.c; Interval.with, .delta, a node's output's start). */
 int64_t memplan_pack(Interval *iv, int n, Arena *a, int64_t *plain);
 
 /* The packings of one memory plan by interval set: a set packed before (the same bytes, lifetimes
@@ -85,6 +86,14 @@ enum {
  * it meets on a rank (PACK_END_BEST_FIT: the free gap that leaves the least over); sets every
  * offset, returns the arena's size. */
 int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a);
+/* The packing of memplan_pack without links (passes/memplan_links.c decides those: Interval.with, .delta as
+ * they are): the smallest of the orders above, largest first over the plain sizes (that arena into *plain),
+ * the peak (memplan_pack_floor) into *floor (NULL: not wanted). */
+int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64_t *floor);
+/* The intervals fixed[i] >= 0 gives (a group's leader, Interval.with: its group) at that offset, then the
+ * others in order `how` (a group by its whole lifetime) as memplan_pack_order places them; offsets into off
+ * (by index), returns the arena's size. */
+int64_t memplan_pack_fixed(const Interval *iv, int n, const int64_t *fixed, int how, int64_t *off, Arena *a);
 /* The peak of live bytes on one rank over the intervals' lifetimes: no packing's arena is smaller. */
 int64_t memplan_pack_floor(const Interval *iv, int n, Arena *a);
 
