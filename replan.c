@@ -240,7 +240,7 @@ void replan_weight_copy(Replan *r, Arena *a, const char *const *kv, int n, Modul
  * when that compile fails (the caller's own compile reports why). */
 void replan_defer_waits(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   const Plan *p = &m->plan;
-  if (p->defer_waits != DEFER_AUTO || p->defer_fit_total || p->zero < 2 || p->pp > 1 || memplan_capacity(m, NULL, 0) <= 0 ||
+  if (p->defer_waits != DEFER_AUTO || p->defer_fit_total || p->zero < 2 || memplan_capacity(m, NULL, 0) <= 0 ||
       (m->mesh && !zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP])))
     return;
   FILE *null = fopen("/dev/null", "w");

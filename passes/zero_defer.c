@@ -41,7 +41,7 @@
 #include "ptrmap.h"
 #include "zero.h"
 
-bool zero_defers_scatters(int zero, int group, int pp) { return zero >= 2 && group > 1 && pp <= 1; }
+bool zero_defers_scatters(int zero, int group, int pp) { (void)pp; return zero >= 2 && group > 1; }
 
 bool zero_defer_taken(int want, double total, double cap) {
   return want == DEFER_ON || (want == DEFER_AUTO && !(total > 0 && cap > 0 && total > cap));
@@ -180,7 +180,7 @@ static void defer_graph(Graph *g, int64_t *most) {
     Node *r = g->nodes[i];
     if (!r->body) continue;
     defer_graph(r->body, most);
-    if (r->op != OP_REPEAT) continue;
+    if (r->op != OP_REPEAT || r->a.count < 2) continue; /* (one layer: no next iteration to wait in) */
     for (int j = 0; j < r->body->nnodes; j++) {
       Node *s = r->body->nodes[j];
       if (s->op == OP_REDUCE_SCATTER && ir_comm_async(s)) defer_one(r, s);
@@ -192,6 +192,21 @@ static void defer_graph(Graph *g, int64_t *most) {
     }
     if (held > *most) *most = held;
   }
+}
+
+/* Whether a loop of g (nested too) of two iterations or more reduce-scatters asynchronously in its body:
+ * a wait the next iteration can take. Not under pipeline stages (or interleaved chunks) of one layer each,
+ * whose B (zb: W) instructions' loops run once. */
+static bool has_deferrable(const Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *r = g->nodes[i];
+    if (!r->body) continue;
+    if (has_deferrable(r->body)) return true;
+    if (r->op != OP_REPEAT || r->a.count < 2) continue;
+    for (int j = 0; j < r->body->nnodes; j++)
+      if (r->body->nodes[j]->op == OP_REDUCE_SCATTER && ir_comm_async(r->body->nodes[j])) return true;
+  }
+  return false;
 }
 
 static double mib(double b) { return b / (1 << 20); }
@@ -206,17 +221,21 @@ bool pass_zero_defer(Module *m) {
   memset(&m->defer, 0, sizeof m->defer);
   const Plan *p = &m->plan;
   int want = p->defer_waits;
-  if (!m->mesh || !zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP])) {
+  bool may = m->mesh && zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP]);
+  if (!may || !has_deferrable(m->graph)) {
     if (want != DEFER_AUTO) { /* written, and nothing to defer: refused, not ignored */
       const char *has = !m->mesh || p->zero < 2 ? "no ZeRO-2/3 (its gradients are not reduce-scattered in the loops)"
-                        : m->mesh->dim[RT_AX_PP] > 1 ? "pipeline stages (their instructions hold the loops)"
-                                                     : "a ZeRO group of one rank (nothing to scatter)";
+                        : !may ? "a ZeRO group of one rank (nothing to scatter)"
+                        : m->mesh->dim[RT_AX_PP] > 1
+                            ? "backward layer loops of one layer each (its pipeline stages' or chunks': no next iteration to wait in)"
+                            : "no backward layer loop of two layers or more (no next iteration to wait in)";
       error_at(p->opt_loc[PLAN_OPT_DEFER_WAITS],
                "`defer_waits %s`: it defers the backward layer loops' ZeRO-2/3 gradient reduce-scatter waits to the next "
                "iteration; this plan has %s", ir_defer_waits_names[want], has);
       note("leave `defer_waits` out (auto) to let shardc choose");
       return false;
     }
+    if (may) m->defer.why = "its backward layer loops run one layer each (no next iteration to wait in)";
     return true;
   }
   bool unfit = p->defer_fit_total > 0 && p->defer_fit_cap > 0 && p->defer_fit_total > p->defer_fit_cap;
