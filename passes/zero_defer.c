@@ -65,10 +65,56 @@ static bool reads_set(const Graph *g, const PtrMap *set) {
   return false;
 }
 
-static void replace_deep(Graph *g, Value *from, Value *to) {
-  ir_replace_uses(g, from, to);
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->body) replace_deep(g->nodes[i]->body, from, to);
+/* One graph's deferrals, applied at once (under pp the top level holds every micro-batch's B loops: a walk
+ * of the whole IR per loop was minutes on Llama-3-405B pp 16). moved: a dropped stacked output of a loop ->
+ * the lifted stack standing for it; groups: each deferral's lifted nodes (emitted at the graph's end), the
+ * loop's position they go after. */
+typedef struct {
+  PtrMap moved;
+  int (*group)[3]; /* the loop's position, the first and one past the last lifted node's */
+  int ngroups, cap;
+} Lifted;
+
+static Value *moved_to(const Lifted *l, Value *v) {
+  intptr_t o;
+  return ptrmap_get(&l->moved, v, &o) ? (Value *)o : v;
+}
+
+/* Every use of a moved value in g (nested bodies too) replaced. */
+static void replace_moved(Graph *g, const Lifted *l) {
+  bool changed = false;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      Value *v = moved_to(l, n->in[j]);
+      if (v != n->in[j]) n->in[j] = v, changed = true;
+    }
+    if (n->body) replace_moved(n->body, l);
+  }
+  for (int i = 0; i < g->nresults; i++) {
+    Value *v = moved_to(l, g->results[i]);
+    if (v != g->results[i]) g->results[i] = v, changed = true;
+  }
+  if (changed) ir_touch(g);
+}
+
+/* g's lifted nodes (its last, from n0 on) each group after its loop; a loop's groups in the reverse of their
+ * making (each was placed right after the loop when made). */
+static void place_lifted(Graph *g, int n0, const Lifted *l) {
+  if (g->nnodes == n0) return;
+  Node **order = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
+  int k = 0, gi = 0;
+  for (int i = 0; i < n0; i++) {
+    order[k++] = g->nodes[i];
+    int end = gi;
+    while (end < l->ngroups && l->group[end][0] == i) end++;
+    for (int q = end - 1; q >= gi; q--)
+      for (int j = l->group[q][1]; j < l->group[q][2]; j++) order[k++] = g->nodes[j];
+    gi = end;
+  }
+  if (k != g->nnodes || gi != l->ngroups) die("zdefer: %d of %d nodes placed", k, g->nnodes);
+  memcpy(g->nodes, order, sizeof(Node *) * (size_t)k);
+  ir_touch(g);
 }
 
 static int position(const Graph *g, const Node *n) {
@@ -77,12 +123,11 @@ static int position(const Graph *g, const Node *n) {
   die("zdefer: node not in its graph");
 }
 
-
 /* The stacked value standing for body value v after loop r: mapped, or a stacked input's. */
-static Value *outer_of(const Node *r, const PtrMap *map, Value *v) {
+static Value *outer_of(const Node *r, const PtrMap *map, const Lifted *l, Value *v) {
   intptr_t o;
   if (ptrmap_get(map, v, &o)) return (Value *)o;
-  return r->in[v->def->a.index];
+  return moved_to(l, r->in[v->def->a.index]); /* (an earlier loop's output this pass moved) */
 }
 
 /* Drops the loop's stacked outputs (and their body results) marked in drop. */
@@ -103,9 +148,10 @@ static void drop_outputs(Node *r, const bool *drop) {
   ir_touch(b);
 }
 
-/* Defers the reduce-scatter s of loop r's body; false (nothing changed) where its readers are not all
- * liftable or it has none. */
-static bool defer_one(Node *r, Node *s) {
+/* Defers the reduce-scatter s of loop r (at position at_r of its graph); false (nothing changed) where its
+ * readers are not all liftable or it has none. The lifted nodes are emitted at the graph's end (a group of l's),
+ * the uses of the outputs they stand for recorded in l->moved. */
+static bool defer_one(Node *r, int at_r, Node *s, Lifted *l) {
   Graph *b = r->body, *g = r->graph;
   int nc = r->a.ncarry, nx = r->a.nxs, at = position(b, s);
   PtrMap made = {0};  /* the body values the lifted nodes stand for */
@@ -141,11 +187,13 @@ static bool defer_one(Node *r, Node *s) {
   /* the scatter's result stacked; its readers applied to the stacks after the loop */
   PtrMap map = {0}; /* body value -> its stack after the loop */
   ptrmap_put(&map, s->out[0], (intptr_t)ir_repeat_add_stacked(r, s->out[0]));
-  int pos = position(g, r) + 1;
+  arena_grow(g->arena, (void **)&l->group, &l->cap, l->ngroups + 1, sizeof *l->group);
+  int *grp = l->group[l->ngroups++];
+  grp[0] = at_r, grp[1] = g->nnodes;
   for (int i = 0; i < nl; i++) {
     Node *n = lift[i];
     Value *in[2];
-    for (int j = 0; j < n->nin; j++) in[j] = outer_of(r, &map, n->in[j]);
+    for (int j = 0; j < n->nin; j++) in[j] = outer_of(r, &map, l, n->in[j]);
     Attrs a = n->a;
     if (n->op == OP_SLICE) a.axis++;
     Value *y = n->out[0];
@@ -154,16 +202,16 @@ static bool defer_one(Node *r, Node *s) {
     o->def->stage = r->stage;
     o->def->stageset = r->stageset;
     o->def->instr = r->instr;
-    ir_move_last(g, pos++);
     ptrmap_put(&map, y, (intptr_t)o);
   }
+  grp[2] = g->nnodes;
   /* the loop's stacked outputs the lifted nodes made: their stacks instead */
   bool *drop = ARENA_ARRAY(g->arena, bool, r->nout + 1);
   memset(drop, 0, sizeof(bool) * (size_t)(r->nout + 1));
   for (int k = nc; k < b->nresults - 1; k++) {
     intptr_t o;
     if (!ptrmap_get(&map, b->results[k], &o) || b->results[k] == s->out[0]) continue;
-    replace_deep(g, r->out[k], (Value *)o);
+    ptrmap_put(&l->moved, r->out[k], o);
     drop[k] = true;
   }
   drop_outputs(r, drop);
@@ -176,14 +224,16 @@ static bool defer_one(Node *r, Node *s) {
 /* Defers g's loops' scatters (nested too); *most: the largest f32 bytes one body's deferred inputs hold (with
  * the scatters whose results the body yields as they are, unread: passes/memplan_defer.c defers those too). */
 static void defer_graph(Graph *g, int64_t *most) {
-  for (int i = 0; i < g->nnodes; i++) {
+  Lifted l = {0};
+  int n0 = g->nnodes;
+  for (int i = 0; i < n0; i++) {
     Node *r = g->nodes[i];
     if (!r->body) continue;
     defer_graph(r->body, most);
     if (r->op != OP_REPEAT || r->a.count < 2) continue; /* (one layer: no next iteration to wait in) */
     for (int j = 0; j < r->body->nnodes; j++) {
       Node *s = r->body->nodes[j];
-      if (s->op == OP_REDUCE_SCATTER && ir_comm_async(s)) defer_one(r, s);
+      if (s->op == OP_REDUCE_SCATTER && ir_comm_async(s)) defer_one(r, i, s, &l);
     }
     int64_t held = 0; /* every scatter of the body its iteration no longer reads (those yielded as they are too) */
     for (int j = 0; j < r->body->nnodes; j++) {
@@ -192,6 +242,9 @@ static void defer_graph(Graph *g, int64_t *most) {
     }
     if (held > *most) *most = held;
   }
+  if (l.moved.count) replace_moved(g, &l);
+  place_lifted(g, n0, &l);
+  ptrmap_free(&l.moved);
 }
 
 /* Whether a loop of g (nested too) of two iterations or more reduce-scatters asynchronously in its body:
