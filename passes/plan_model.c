@@ -402,7 +402,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
                            &flat, &gather_pt);
     if (c->pp > 1) gather += flat;
   }
-  /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3, no pp:
+  /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3 at pp 1:
    * zero_defers_scatters, the decision passes/zero_defer.c takes): an iteration no longer reads what it
    * scatters (the unpacking slices and, under accumulation, the running sums' adds run after the loop),
    * and each scatter is waited in the next iteration where its packed gradient is written again
@@ -413,8 +413,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * channel's end): Llama-3-405B dp 256 tp 8+sp z3 rc full mb 8: 35 ms an iteration (the packed w_k and
    * w_v after the MLP's and w_o's scatters), 4.4 s a step; dp 1024 tp 2 mb 1 (2 micro-steps): 25 ms (9
    * scatters of 5.1 ms latency each queued past the compute) */
-  double stall = 0;
-  if (zero_defers_scatters(c->zero, c->dp * c->cp, c->pp) && pm->nlt) { /* (waited in the iteration where not `defer`) */
+  double stall = 0; /* (pp: the stages' B instructions' loops defer their waits too, `defer`'s memory above; their
+                     * time has no scatter term, neither waited at the iteration's end before nor deferred now) */
+  if (c->pp <= 1 && zero_defers_scatters(c->zero, c->dp * c->cp, c->pp) && pm->nlt) { /* (waited in the iteration where not `defer`) */
     double bw, lat, cnt, s_all, s_packed, s_end;
     int n = dp_link(c, dev, dpn, &bw, &lat);
     double bucket = bucket_bytes(base);

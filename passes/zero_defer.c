@@ -18,8 +18,10 @@
  * one is waited after the loop, where its stacked output is read.
  *
  * Which scatters: zero_defers_scatters (the one decision, which passes/plan_model.c's stall model asks
- * too): ZeRO >= 2 over a group of more than one rank, no pipeline (the stages' instructions hold the
- * loops there). A scatter whose body readers are anything else (a loop, a capture, a carry) stays.
+ * too): ZeRO >= 2 over a group of more than one rank, with or without pipeline stages (there the loops are
+ * the stages' B, zb: W, instructions' at the top level, one per micro-batch: the lifted nodes join the
+ * loop's stage and instruction), in loops of two layers or more (a stage's or interleaved chunk's of one
+ * has no next iteration). A scatter whose body readers are anything else (a loop, a capture, a carry) stays.
  * Cost: the stacked result ([count, 1, N] f32, the loop's gradient shards: what the unpacked ys hold
  * too) is live from the loop to the unpacking after it; the unpacking is one copy of it; and the
  * scatters' f32 inputs (the layer's whole gradient over tp) live through the whole body
