@@ -24,10 +24,10 @@ int tb_dp_most_scatters_in_a_loop(const Graph *g);
 int tb_check_zero_coalesced(const Module *m, const char *what);
 
 /* m under zero >= 2, dp > 1 (passes/zero_defer.c; under pp the stages' B, zb: W, instructions' loops): no
- * backward loop iteration reads what
- * its dp reduce-scatters return (they are waited in the next iteration, or after the loop), and where
- * the memory plan ran each has its wait placed (Node.defer_wait); under `defer_waits off` none has (each
- * waited in its own iteration). Returns FAIL lines (0 for any other plan). */
+ * backward loop iteration (a loop of two layers or more) reads what its dp reduce-scatters return (they are
+ * waited in the next iteration, or after the loop), and where the memory plan ran each has its wait placed
+ * (Node.defer_wait); under `defer_waits off` none has (each waited in its own iteration). Returns FAIL
+ * lines (0 for any other plan). */
 int tb_check_scatters_deferred(const Module *m, const char *what);
 
 #endif
