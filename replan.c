@@ -135,8 +135,8 @@ static double step_of(Replan *r, const Module *m) {
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io) {
   const Plan *p = &m->plan;
   bool open_c = p->weight_copy == WCOPY_AUTO && wshadow_may_persist(m),
-       open_d = p->defer_waits == DEFER_AUTO && p->zero >= 2 && p->pp <= 1 &&
-                !(m->mesh && !zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP]));
+       open_d = p->defer_waits == DEFER_AUTO && p->zero >= 2 &&
+                !(m->mesh && !zero_defers_scatters(p->zero, zero_group(m->mesh).deg));
   if (!open_c && !open_d) return;
   enum { MAXKV = 64 };
   if (n + 1 > MAXKV) return;

@@ -254,6 +254,8 @@ struct Graph {
   int next_value_id, next_node_id;
   uint64_t version; /* bumped by every change of what the verifier checks here (ir_touch) */
   struct IrVerifyMemo *vmemo; /* what ir_verify_changed last found valid here (ir/verify_memo.c); NULL: none */
+  uint64_t row_reads_at; /* passes/memplan_views.c: version + 1 when row_reads was found (0: not yet) */
+  bool row_reads;        /* a node here reads an input at a row stride (ir_reads_row_stride): column slices may */
 };
 
 /* Records a change of g: of its node list, argument or result lists, or of one of its nodes' op,

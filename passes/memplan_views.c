@@ -69,10 +69,23 @@ static bool slice_source(const Value *x, const Graph *g) {
   return placed_here(x, g) || (x->def->graph == g && x->def->op == OP_ARG && !x->host);
 }
 
+/* Whether a node of g reads an input at a row stride: none, no column slice (found once per version of g: the
+ * top level under pp holds every micro-batch's unpacking slices, passes/zero_defer.c, and none of its readers). */
+static bool row_reads(Graph *g) {
+  if (g->row_reads_at != g->version + 1) {
+    g->row_reads = false;
+    for (int i = 0; i < g->nnodes && !g->row_reads; i++)
+      for (int k = 0; k < g->nodes[i]->nin; k++) g->row_reads |= ir_reads_row_stride(g->nodes[i], k);
+    g->row_reads_at = g->version + 1;
+  }
+  return g->row_reads;
+}
+
 bool memplan_col_slice(const Node *n) {
   if (n->op != OP_SLICE) return false;
   const Value *x = n->in[0], *y = n->out[0];
-  const Graph *g = n->graph;
+  Graph *g = n->graph;
+  if (!row_reads(g)) return false;
   int ax = x->shape.rank - 1;
   if (ax < 1 || n->a.axis != ax || x->dtype != y->dtype || !slice_source(x, g) || x->ld) return false;
   if (n->a.start % MEMPLAN_LD_ALIGN || x->shape.dim[ax] % MEMPLAN_LD_ALIGN) return false;

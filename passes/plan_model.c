@@ -398,7 +398,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     if (c->pp > 1) gather += flat;
   }
   /* The deferred waits (`defer`: zero_defers_scatters and zero_defer_taken, plan_model_estimate; ZeRO-2/3,
-   * pp 1): a backward layer loop's scatters waited in the next iteration, their f32 inputs live through the
+   * under pp in the stages' B loops too): a backward layer loop's scatters waited in the next iteration, their f32 inputs live through the
    * whole body (passes/memplan_defer.c). A body makes its layer's gradients as it frees the layer's
    * activations (`freed`: the whole layer's, recomputed or kept: rc none's units); waited in the iteration,
    * a gradient is live from where it is made to the iteration's end, so the body's peak (its activations
@@ -416,7 +416,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     bool packed = flat - (copy_s > 0 ? p_layer * cb / 4 : 0) > 0;
     e->cls[MEM_GRAD] += packed ? p_layer : fmin(p_layer, freed);
   }
-  /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3, no pp:
+  /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3 at pp 1:
    * zero_defers_scatters, the decision passes/zero_defer.c takes): an iteration no longer reads what it
    * scatters (the unpacking slices and, under accumulation, the running sums' adds run after the loop),
    * and each scatter is waited in the next iteration where its packed gradient is written again
@@ -427,8 +427,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * channel's end): Llama-3-405B dp 256 tp 8+sp z3 rc full mb 8: 35 ms an iteration (the packed w_k and
    * w_v after the MLP's and w_o's scatters), 4.4 s a step; dp 1024 tp 2 mb 1 (2 micro-steps): 25 ms (9
    * scatters of 5.1 ms latency each queued past the compute) */
-  double stall = 0;
-  if (zero_defers_scatters(c->zero, c->dp * c->cp, c->pp) && pm->nlt) { /* (waited in the iteration where not `defer`) */
+  double stall = 0; /* (pp: the stages' B instructions' loops defer their waits too, `defer`'s memory above; their
+                     * time has no scatter term, neither waited at the iteration's end before nor deferred now) */
+  if (c->pp <= 1 && zero_defers_scatters(c->zero, c->dp * c->cp) && pm->nlt) { /* (waited in the iteration where not `defer`) */
     double bw, lat, cnt, s_all, s_packed, s_end;
     int n = dp_link(c, dev, dpn, &bw, &lat);
     double bucket = bucket_bytes(base);
@@ -701,7 +702,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
    * has it (the file's or -D's), auto against the device's memory with this model's figure for the plan with
    * them, as the search holds it to the capacity (plan_ana_frag) */
   int want = base->plan.defer_waits;
-  bool may = zero_defers_scatters(c->zero, c->dp * c->cp, c->pp);
+  bool may = zero_defers_scatters(c->zero, c->dp * c->cp);
   estimate(pm, base, dev, c, NULL, may && zero_defer_taken(want, 0, 0), e);
   if (e->defer && !zero_defer_taken(want, e->total * plan_ana_frag(c->pp), pm->capacity))
     estimate(pm, base, dev, c, NULL, false, e);

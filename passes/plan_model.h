@@ -88,7 +88,7 @@ typedef struct {
    * loss's; one layer's activations kept per micro-batch, the head's; one layer's parameters, gradients
    * and optimizer states */
   double bal_f, bal_b, bal_f0, bal_b0, bal_fl, bal_act, bal_head, bal_bytes;
-  bool defer;            /* the backward loops' scatter waits deferred (ZeRO-2/3, pp 1: zero_defers_scatters;
+  bool defer;            /* the backward loops' scatter waits deferred (ZeRO-2/3, pp too: zero_defers_scatters;
                             `defer_waits`: zero_defer_taken, auto with this estimate's memory against the capacity) */
   int nsplit;            /* layers(balanced) (PlanCand.bal): the (virtual) stages of split; else 0 */
   short split[64];       /* their layers (RT_MAX_STAGES) */

@@ -27,9 +27,10 @@ ZeroGroup zero_group(const MeshMap *mm);
 bool zero_splits_params(const Module *m);
 /* Whether a plan's backward layer loops leave their gradient reduce-scatters unwaited at the iteration's
  * end (passes/zero_defer.c: their readers moved after the loop, each waited in the next iteration):
- * ZeRO `zero` >= 2 over a group (dp x cp) of more than one rank, no pipeline (pp stages). passes/plan_model.c's
- * stall model asks it too. */
-bool zero_defers_scatters(int zero, int group, int pp);
+ * ZeRO `zero` >= 2 over a group (dp x cp) of more than one rank; under pp stages too (their B, zb: W,
+ * instructions' loops; the loops of one layer a stage or chunk the pass leaves).
+ * passes/plan_model.c's memory and stall model asks it too (its stall at pp 1 only). */
+bool zero_defers_scatters(int zero, int group);
 /* Where zero_defers_scatters holds, whether the plan defers them: plan `defer_waits` `want` (Plan.defer_waits:
  * DEFER_ON yes, DEFER_OFF no; DEFER_AUTO unless the plan with them needs `total` bytes per rank (0: not
  * measured) over the device's `cap` (<= 0: unknown)). The one rule of passes/zero_defer.c (the driver's

@@ -18,8 +18,10 @@
  * one is waited after the loop, where its stacked output is read.
  *
  * Which scatters: zero_defers_scatters (the one decision, which passes/plan_model.c's stall model asks
- * too): ZeRO >= 2 over a group of more than one rank, no pipeline (the stages' instructions hold the
- * loops there). A scatter whose body readers are anything else (a loop, a capture, a carry) stays.
+ * too): ZeRO >= 2 over a group of more than one rank, with or without pipeline stages (there the loops are
+ * the stages' B, zb: W, instructions' at the top level, one per micro-batch: the lifted nodes join the
+ * loop's stage and instruction), in loops of two layers or more (a stage's or interleaved chunk's of one
+ * has no next iteration). A scatter whose body readers are anything else (a loop, a capture, a carry) stays.
  * Cost: the stacked result ([count, 1, N] f32, the loop's gradient shards: what the unpacked ys hold
  * too) is live from the loop to the unpacking after it; the unpacking is one copy of it; and the
  * scatters' f32 inputs (the layer's whole gradient over tp) live through the whole body
@@ -41,7 +43,7 @@
 #include "ptrmap.h"
 #include "zero.h"
 
-bool zero_defers_scatters(int zero, int group, int pp) { return zero >= 2 && group > 1 && pp <= 1; }
+bool zero_defers_scatters(int zero, int group) { return zero >= 2 && group > 1; }
 
 bool zero_defer_taken(int want, double total, double cap) {
   return want == DEFER_ON || (want == DEFER_AUTO && !(total > 0 && cap > 0 && total > cap));
@@ -65,10 +67,56 @@ static bool reads_set(const Graph *g, const PtrMap *set) {
   return false;
 }
 
-static void replace_deep(Graph *g, Value *from, Value *to) {
-  ir_replace_uses(g, from, to);
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->body) replace_deep(g->nodes[i]->body, from, to);
+/* One graph's deferrals, applied at once (under pp the top level holds every micro-batch's B loops: a walk
+ * of the whole IR per loop was minutes on Llama-3-405B pp 16). moved: a dropped stacked output of a loop ->
+ * the lifted stack standing for it; groups: each deferral's lifted nodes (emitted at the graph's end), the
+ * loop's position they go after. */
+typedef struct {
+  PtrMap moved;
+  int (*group)[3]; /* the loop's position, the first and one past the last lifted node's */
+  int ngroups, cap;
+} Lifted;
+
+static Value *moved_to(const Lifted *l, Value *v) {
+  intptr_t o;
+  return ptrmap_get(&l->moved, v, &o) ? (Value *)o : v;
+}
+
+/* Every use of a moved value in g (nested bodies too) replaced. */
+static void replace_moved(Graph *g, const Lifted *l) {
+  bool changed = false;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      Value *v = moved_to(l, n->in[j]);
+      if (v != n->in[j]) n->in[j] = v, changed = true;
+    }
+    if (n->body) replace_moved(n->body, l);
+  }
+  for (int i = 0; i < g->nresults; i++) {
+    Value *v = moved_to(l, g->results[i]);
+    if (v != g->results[i]) g->results[i] = v, changed = true;
+  }
+  if (changed) ir_touch(g);
+}
+
+/* g's lifted nodes (its last, from n0 on) each group after its loop; a loop's groups in the reverse of their
+ * making (each was placed right after the loop when made). */
+static void place_lifted(Graph *g, int n0, const Lifted *l) {
+  if (g->nnodes == n0) return;
+  Node **order = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
+  int k = 0, gi = 0;
+  for (int i = 0; i < n0; i++) {
+    order[k++] = g->nodes[i];
+    int end = gi;
+    while (end < l->ngroups && l->group[end][0] == i) end++;
+    for (int q = end - 1; q >= gi; q--)
+      for (int j = l->group[q][1]; j < l->group[q][2]; j++) order[k++] = g->nodes[j];
+    gi = end;
+  }
+  if (k != g->nnodes || gi != l->ngroups) die("zdefer: %d of %d nodes placed", k, g->nnodes);
+  memcpy(g->nodes, order, sizeof(Node *) * (size_t)k);
+  ir_touch(g);
 }
 
 static int position(const Graph *g, const Node *n) {
@@ -77,12 +125,11 @@ static int position(const Graph *g, const Node *n) {
   die("zdefer: node not in its graph");
 }
 
-
 /* The stacked value standing for body value v after loop r: mapped, or a stacked input's. */
-static Value *outer_of(const Node *r, const PtrMap *map, Value *v) {
+static Value *outer_of(const Node *r, const PtrMap *map, const Lifted *l, Value *v) {
   intptr_t o;
   if (ptrmap_get(map, v, &o)) return (Value *)o;
-  return r->in[v->def->a.index];
+  return moved_to(l, r->in[v->def->a.index]); /* (an earlier loop's output this pass moved) */
 }
 
 /* Drops the loop's stacked outputs (and their body results) marked in drop. */
@@ -103,9 +150,10 @@ static void drop_outputs(Node *r, const bool *drop) {
   ir_touch(b);
 }
 
-/* Defers the reduce-scatter s of loop r's body; false (nothing changed) where its readers are not all
- * liftable or it has none. */
-static bool defer_one(Node *r, Node *s) {
+/* Defers the reduce-scatter s of loop r (at position at_r of its graph); false (nothing changed) where its
+ * readers are not all liftable or it has none. The lifted nodes are emitted at the graph's end (a group of l's),
+ * the uses of the outputs they stand for recorded in l->moved. */
+static bool defer_one(Node *r, int at_r, Node *s, Lifted *l) {
   Graph *b = r->body, *g = r->graph;
   int nc = r->a.ncarry, nx = r->a.nxs, at = position(b, s);
   PtrMap made = {0};  /* the body values the lifted nodes stand for */
@@ -141,11 +189,13 @@ static bool defer_one(Node *r, Node *s) {
   /* the scatter's result stacked; its readers applied to the stacks after the loop */
   PtrMap map = {0}; /* body value -> its stack after the loop */
   ptrmap_put(&map, s->out[0], (intptr_t)ir_repeat_add_stacked(r, s->out[0]));
-  int pos = position(g, r) + 1;
+  arena_grow(g->arena, (void **)&l->group, &l->cap, l->ngroups + 1, sizeof *l->group);
+  int *grp = l->group[l->ngroups++];
+  grp[0] = at_r, grp[1] = g->nnodes;
   for (int i = 0; i < nl; i++) {
     Node *n = lift[i];
     Value *in[2];
-    for (int j = 0; j < n->nin; j++) in[j] = outer_of(r, &map, n->in[j]);
+    for (int j = 0; j < n->nin; j++) in[j] = outer_of(r, &map, l, n->in[j]);
     Attrs a = n->a;
     if (n->op == OP_SLICE) a.axis++;
     Value *y = n->out[0];
@@ -154,16 +204,16 @@ static bool defer_one(Node *r, Node *s) {
     o->def->stage = r->stage;
     o->def->stageset = r->stageset;
     o->def->instr = r->instr;
-    ir_move_last(g, pos++);
     ptrmap_put(&map, y, (intptr_t)o);
   }
+  grp[2] = g->nnodes;
   /* the loop's stacked outputs the lifted nodes made: their stacks instead */
   bool *drop = ARENA_ARRAY(g->arena, bool, r->nout + 1);
   memset(drop, 0, sizeof(bool) * (size_t)(r->nout + 1));
   for (int k = nc; k < b->nresults - 1; k++) {
     intptr_t o;
     if (!ptrmap_get(&map, b->results[k], &o) || b->results[k] == s->out[0]) continue;
-    replace_deep(g, r->out[k], (Value *)o);
+    ptrmap_put(&l->moved, r->out[k], o);
     drop[k] = true;
   }
   drop_outputs(r, drop);
@@ -176,14 +226,16 @@ static bool defer_one(Node *r, Node *s) {
 /* Defers g's loops' scatters (nested too); *most: the largest f32 bytes one body's deferred inputs hold (with
  * the scatters whose results the body yields as they are, unread: passes/memplan_defer.c defers those too). */
 static void defer_graph(Graph *g, int64_t *most) {
-  for (int i = 0; i < g->nnodes; i++) {
+  Lifted l = {0};
+  int n0 = g->nnodes;
+  for (int i = 0; i < n0; i++) {
     Node *r = g->nodes[i];
     if (!r->body) continue;
     defer_graph(r->body, most);
-    if (r->op != OP_REPEAT) continue;
+    if (r->op != OP_REPEAT || r->a.count < 2) continue; /* (one layer: no next iteration to wait in) */
     for (int j = 0; j < r->body->nnodes; j++) {
       Node *s = r->body->nodes[j];
-      if (s->op == OP_REDUCE_SCATTER && ir_comm_async(s)) defer_one(r, s);
+      if (s->op == OP_REDUCE_SCATTER && ir_comm_async(s)) defer_one(r, i, s, &l);
     }
     int64_t held = 0; /* every scatter of the body its iteration no longer reads (those yielded as they are too) */
     for (int j = 0; j < r->body->nnodes; j++) {
@@ -192,13 +244,31 @@ static void defer_graph(Graph *g, int64_t *most) {
     }
     if (held > *most) *most = held;
   }
+  if (l.moved.count) replace_moved(g, &l);
+  place_lifted(g, n0, &l);
+  ptrmap_free(&l.moved);
+}
+
+/* Whether a loop of g (nested too) of two iterations or more reduce-scatters asynchronously in its body:
+ * a wait the next iteration can take. Not under pipeline stages (or interleaved chunks) of one layer each,
+ * whose B (zb: W) instructions' loops run once. */
+static bool has_deferrable(const Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *r = g->nodes[i];
+    if (!r->body) continue;
+    if (has_deferrable(r->body)) return true;
+    if (r->op != OP_REPEAT || r->a.count < 2) continue;
+    for (int j = 0; j < r->body->nnodes; j++)
+      if (r->body->nodes[j]->op == OP_REDUCE_SCATTER && ir_comm_async(r->body->nodes[j])) return true;
+  }
+  return false;
 }
 
 static double mib(double b) { return b / (1 << 20); }
 
 bool zero_defers_plan(const Module *m) {
   const Plan *p = &m->plan;
-  return m->mesh && zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP]) &&
+  return m->mesh && zero_defers_scatters(p->zero, zero_group(m->mesh).deg) &&
          zero_defer_taken(p->defer_waits, (double)p->defer_fit_total, p->defer_fit_cap);
 }
 
@@ -206,17 +276,21 @@ bool pass_zero_defer(Module *m) {
   memset(&m->defer, 0, sizeof m->defer);
   const Plan *p = &m->plan;
   int want = p->defer_waits;
-  if (!m->mesh || !zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP])) {
+  bool may = m->mesh && zero_defers_scatters(p->zero, zero_group(m->mesh).deg);
+  if (!may || !has_deferrable(m->graph)) {
     if (want != DEFER_AUTO) { /* written, and nothing to defer: refused, not ignored */
       const char *has = !m->mesh || p->zero < 2 ? "no ZeRO-2/3 (its gradients are not reduce-scattered in the loops)"
-                        : m->mesh->dim[RT_AX_PP] > 1 ? "pipeline stages (their instructions hold the loops)"
-                                                     : "a ZeRO group of one rank (nothing to scatter)";
+                        : !may ? "a ZeRO group of one rank (nothing to scatter)"
+                        : m->mesh->dim[RT_AX_PP] > 1
+                            ? "backward layer loops of one layer each (its pipeline stages' or chunks': no next iteration to wait in)"
+                            : "no backward layer loop of two layers or more (no next iteration to wait in)";
       error_at(p->opt_loc[PLAN_OPT_DEFER_WAITS],
                "`defer_waits %s`: it defers the backward layer loops' ZeRO-2/3 gradient reduce-scatter waits to the next "
                "iteration; this plan has %s", ir_defer_waits_names[want], has);
       note("leave `defer_waits` out (auto) to let shardc choose");
       return false;
     }
+    if (may) m->defer.why = "its backward layer loops run one layer each (no next iteration to wait in)";
     return true;
   }
   bool unfit = p->defer_fit_total > 0 && p->defer_fit_cap > 0 && p->defer_fit_total > p->defer_fit_cap;

@@ -55,6 +55,9 @@
 # on their stages only (wpe on the first, the final norm on the last, the tied wte on both, its
 # gradient exchanged between them: sends and receives across the pipeline, an add on each, a
 # stage_select of the two stages), their bytes other stages' values elsewhere.
+# pp2dp2z2: pp 2 x dp 2 under ZeRO-2 (4 layers, 2 a stage): each B instruction's backward loop reduce-scatters
+# its layers' gradients over dp and waits them in the next iteration, the last after the loop
+# (passes/zero_defer.c), the running sums added after it.
 # pp2uneven: stages of unequal layer counts (3 layers, `pp 2 layers(1, 2)`: each stage's stacks
 # padded to 2 layers, its loops over its own rows), f32, the logical checkpoints gathered past the
 # padding.
@@ -133,6 +136,8 @@ case $what in
   pp2) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2) ;;
   pp2bf16) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   pp4) m=(models/tiny.model -D seq=32 -D layers=4) plan=(-D micro_batch=2 -D dp=1 -D pp=4 -D microbatches=4) np=4 ;;
+  pp2dp2z2) m=(models/tiny.model -D seq=32 -D layers=4) # (2 layers a stage: the B loops' scatter waits deferred, passes/zero_defer.c)
+    plan=(-D micro_batch=2 -D dp=2 -D pp=2 -D microbatches=2 -D zero=2) np=4 ;;
   pp2uneven) sed "s/^  dp auto\$/  dp auto\n  pp 2 layers(1, 2)/" models/tiny.model >"$t/uneven.model"
     m=("$t/uneven.model" -D seq=32 -D layers=3) plan=(-D micro_batch=4 -D dp=1 -D microbatches=2) ;;
   pp2ileave) sed "s/^  dp auto\$/  dp auto\n  pp 2 layers(1, 2, 2, 1)/" models/tiny.model >"$t/ileave.model"
@@ -151,7 +156,7 @@ case $what in
       cp2tp2sp) m=("${m[@]/sp=off/sp=on}") plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=2 -D cp=2) np=4 ;;
       *) echo "unknown case $what" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero3c|zero3cbf16|zero2cbf16|zero3acc_nodefer|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|pp2ileave|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero3c|zero3cbf16|zero2cbf16|zero3acc_nodefer|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2dp2z2|pp2uneven|pp2ileave|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" --target cuda -o "$t/cuda"

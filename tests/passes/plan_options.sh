@@ -97,8 +97,9 @@ fi
 # waits, their f32 inputs (199,936 B) held through the body: 6,891,200 B per rank with them, 6,691,264 without.
 # On a 6.5 MiB (6,815,744 B) device `auto` waits them in their own iteration, says why, and fits; `on` there
 # does not fit (the fit check's error, which offers -D defer_waits=off); on 8 GiB auto takes them and says it fits. `on` / `off` where the plan
-# has no such scatters (no ZeRO-2/3, pp stages, a group of one rank) is an error at the option, in the file
-# (file:line:col, caret) or a -D's value, never ignored; a bad word is refused.
+# has no such scatters (no ZeRO-2/3, a group of one rank, backward loops of one layer each: tiny's 2 layers
+# over pp 2) is an error at the option, in the file (file:line:col, caret) or a -D's value, never ignored; a
+# bad word is refused. Under pp the stages' B instructions' loops defer them (4 layers over pp 2, dp 2).
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 sed 's/memory 8 GiB/memory 6.5 MiB/; s/topology cpu/topology cpu_6m5/' models/topo/cpu.topo >"$tmp/dm.topo"
@@ -114,7 +115,12 @@ dwhat="it defers the backward layer loops' ZeRO-2/3 gradient reduce-scatter wait
 expect 1 "<command line>:2:13: error: \`defer_waits on\`: $dwhat no ZeRO-2/3" "note: leave \`defer_waits\` out (auto) to let shardc choose" \
   -- plan models/tiny.model --world 2 -D zero=1 -D defer_waits=on
 expect 1 "error: \`defer_waits off\`: $dwhat a ZeRO group of one rank" -- plan models/tiny.model --world 1 -D zero=3 -D defer_waits=off
-expect 1 "error: \`defer_waits on\`: $dwhat pipeline stages" -- plan models/tiny.model --world 2 -D zero=3 -D pp=2 -D microbatches=2 -D defer_waits=on
+expect 1 "error: \`defer_waits on\`: $dwhat backward layer loops of one layer each (its pipeline stages' or chunks': no next iteration to wait in)" \
+  -- plan models/tiny.model --world 4 -D zero=3 -D pp=2 -D microbatches=2 -D defer_waits=on
+expect_stdout=1 expect 0 "$dw in their own iteration: its backward layer loops run one layer each (no next iteration to wait in)" \
+  -- plan models/tiny.model --world 4 -D zero=3 -D pp=2 -D microbatches=2
+expect_stdout=1 expect 0 "deferred waits             199936 B         0.19 MiB  $dw in the next iteration, their f32 inputs held through the body: defer_waits on (the plan)" \
+  -- plan models/tiny.model --world 4 -D zero=3 -D pp=2 -D layers=4 -D microbatches=2 -D defer_waits=on
 sed 's/^  dp auto$/  dp auto\n  zero 1\n  defer_waits on/' models/tiny.model >"$tmp/dw.model"
 expect 1 "$tmp/dw.model:25:3: error: \`defer_waits on\`: $dwhat no ZeRO-2/3" "   25 |   defer_waits on" "      |   ^" -- plan "$tmp/dw.model" --world 2
 expect 1 "error: \`defer_waits\` needs one of auto, on or off, got \`always\`" -- plan models/tiny.model --world 2 -D zero=2 -D defer_waits=always

@@ -164,7 +164,9 @@ int tb_check_zero_pp(const Module *m, int64_t M, const char *what) {
 /* Counts g's layer loop bodies' async dp reduce-scatters (nested too): *n, and of them *read those read in
  * their own iteration, *unplaced those without a wait placed in the next (Node.defer_wait). */
 static void body_scatters(const Graph *g, bool top, int *n, int *read, int *unplaced) {
-  bool layers = !top; /* a layer loop's body: no loop inside (an accumulation region's holds the backward's) */
+  /* a layer loop's body: no loop inside (an accumulation region's holds the backward's); of two layers or more
+   * (one, a pipeline stage's or chunk's: waited at its one iteration's end, after the loop, passes/zero_defer.c) */
+  bool layers = !top && g->owner->a.count > 1;
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->body) layers = false, body_scatters(g->nodes[i]->body, false, n, read, unplaced);
   for (int i = 0; i < g->nnodes && layers; i++) {
@@ -178,7 +180,7 @@ static void body_scatters(const Graph *g, bool top, int *n, int *read, int *unpl
 
 int tb_check_scatters_deferred(const Module *m, const char *what) {
   int failures = 0;
-  if (m->plan.zero < 2 || m->mesh->dim[RT_AX_DP] * m->mesh->dim[RT_AX_CP] < 2 || m->mesh->dim[RT_AX_PP] > 1) return 0;
+  if (m->plan.zero < 2 || m->mesh->dim[RT_AX_DP] * m->mesh->dim[RT_AX_CP] < 2) return 0;
   int n = 0, read = 0, unplaced = 0;
   body_scatters(m->graph, true, &n, &read, &unplaced);
   if (!m->memplan) unplaced = 0;

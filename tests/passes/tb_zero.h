@@ -23,10 +23,11 @@ int tb_dp_most_scatters_in_a_loop(const Graph *g);
  * all-gather at most (before: one per split tensor). Returns FAIL lines. */
 int tb_check_zero_coalesced(const Module *m, const char *what);
 
-/* m without pp under zero >= 2, dp > 1 (passes/zero_defer.c): no backward loop iteration reads what
- * its dp reduce-scatters return (they are waited in the next iteration, or after the loop), and where
- * the memory plan ran each has its wait placed (Node.defer_wait); under `defer_waits off` none has (each
- * waited in its own iteration). Returns FAIL lines (0 for any other plan). */
+/* m under zero >= 2, dp > 1 (passes/zero_defer.c; under pp the stages' B, zb: W, instructions' loops): no
+ * backward loop iteration (a loop of two layers or more) reads what its dp reduce-scatters return (they are
+ * waited in the next iteration, or after the loop), and where the memory plan ran each has its wait placed
+ * (Node.defer_wait); under `defer_waits off` none has (each waited in its own iteration). Returns FAIL
+ * lines (0 for any other plan). */
 int tb_check_scatters_deferred(const Module *m, const char *what);
 
 #endif

@@ -87,8 +87,16 @@ static void check_least_bottleneck(const PipeBalance *b, const char *what) {
   }
 }
 
+static bool waits_off; /* `defer_waits off` on the plans over dp (the single rank has no scatter to defer: an error) */
+
 static Module *compile_stages(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int pp, int dp,
                               int tp, const char *sched, int64_t micro, int64_t batch, const int *layers) {
+  FeDefine with[16];
+  if (waits_off && dp > 1 && ndefs < 16) {
+    memcpy(with, defs, sizeof *defs * (size_t)ndefs);
+    with[ndefs++] = (FeDefine){"defer_waits", "off"};
+    defs = with;
+  }
   TbPp p = {.pp = pp, .dp = dp, .tp = tp, .sched = sched, .micro = micro, .batch = batch,
             .layers = layers == BALANCED ? NULL : layers, .nlayers = layers && layers != BALANCED ? pp : 0,
             .balanced = layers == BALANCED, .import_dir = SHARDC_MODELS_DIR, /* (pp_shared.model imports from there) */
@@ -201,6 +209,7 @@ static void run_model(const char *label, Target target, double tol, const char *
       }
       check_shape(pm, pp, q == 2 ? 2 : 1, q == 3, M, what);
       failures += tb_check_zero_coalesced(pm, what);
+      failures += tb_check_scatters_deferred(pm, what); /* the B (zb: W) instructions' loops (passes/zero_defer.c) */
       if (pm->plan.zero >= 2 && dp > 1 && tb_dp_scatters_in_loops(pm->graph) < M) {
         fprintf(stderr, "FAIL %s %s: zero %d reduce-scatters %d gradients over dp inside the backward loops, want one per micro-batch at least\n",
                 label, what, pm->plan.zero, tb_dp_scatters_in_loops(pm->graph));
@@ -275,6 +284,7 @@ static void run_uneven(const char *label, Target target, double tol, const char 
       if (bal) check_least_bottleneck(pm->pipe_balance, what);
       check_shape(pm, pp, 1, q == 2, M, what);
       failures += tb_check_zero_pp(pm, M, what); /* a stage's rows of the padded stacks, gathered a layer at a time */
+      failures += tb_check_scatters_deferred(pm, what); /* (passes/zero_defer.c: a stage's loops of its own count) */
       /* each stage's loops run its own layers: one forward loop per stage and micro-batch, of its count */
       int bad = 0, loops = 0;
       for (int i = 0; i < pm->graph->nnodes; i++) {
@@ -685,6 +695,15 @@ int main(void) {
   const FeDefine lz3c[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "64"},  {"heads", "4"}, {"precision", "f32"},
                            {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "96"}, {"zero", "3"}, {"coalesce", "on"}};
   run_model("Llama shaped, zero 3, coalesce on", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz3c, 10, 8, 8, 128);
+  /* the B (zb: W) instructions' backward loops' scatters waited in the next iteration (passes/zero_defer.c;
+   * tb_check_scatters_deferred): 8 layers, so that interleaved's chunks run two (at 4, one: nothing deferred);
+   * and `defer_waits off`, each waited in its own iteration (none placed in the next) */
+  const FeDefine tz2d[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "8"}, {"zero", "2"}};
+  run_model("tiny, 8 layers, zero 2 (deferred waits)", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz2d, 5, 8, 8, 256);
+  const FeDefine tz3d[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "8"}, {"zero", "3"}};
+  waits_off = true;
+  run_model("tiny, 8 layers, zero 3, defer_waits off", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3d, 5, 8, 8, 256);
+  waits_off = false;
   run_uneven("tiny", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256, true);
   { /* zb's lists made with the stages' times (W half of F and B: other lists than equal times') */
     static const double half[3 * 4] = {1, 1, 1, 1, 1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5};

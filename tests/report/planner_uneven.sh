@@ -173,9 +173,12 @@ echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "GiB") m[++n] =
   bad "llama3-405b Meta's plan: analytic memory not within 2 % of the compiled: $arow"
 echo "$arow" | grep -qE '^# +1  dp .* fits$' || bad "llama3-405b Meta's plan: not a fit by the model (marked, or another verdict): $arow"
 
-# g. the coalescing decision with the ring's share of the node's network
+# g. the coalescing decision with the ring's share of the node's network (its B loops' scatter waits at
+# their iteration's end, `defer_waits off`: the program this decision was made for; with them deferred,
+# passes/zero_defer.c under pp, `on` is faster than `auto`: 76.9 / 80.7 s, docs/planner.md "Deferred waits
+# under pipeline stages", left)
 z3tp4=(models/llama3-405b.model --target cuda -D dp=128 -D tp=4 -D sp=on -D pp=2 -D pp_layers=even -D schedule=1f1b -D cp=2
-  -D zero=3 -D recompute=selective -D micro_batch=1 --cost)
+  -D zero=3 -D recompute=selective -D micro_batch=1 -D defer_waits=off --cost)
 declare -A rs st
 for co in off auto on; do
   out=$("$shardc" plan "${z3tp4[@]}" -D coalesce="$co" 2>&1) || { bad "llama3-405b tp 4 cp 2 z3 coalesce $co: failed: $out"; continue; }
