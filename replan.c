@@ -102,20 +102,26 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
   return ok ? m : NULL;
 }
 
-/* The cost model's predicted step of m (on its topology's device, or the profile's); 0 where it cannot say. */
-static double step_of(Replan *r, const Module *m) {
-  CostDevice dev;
+/* m's device as the cost model sees it (its topology's, or the profile's), read quietly: false where it
+ * cannot say (a profile that cannot be read: said by the caller's own read, where it uses one). */
+static bool device_of(Replan *r, const Module *m, CostDevice *dev) {
   FILE *null = fopen("/dev/null", "w");
-  if (!null) return 0;
-  Diag quiet; /* a profile that cannot be read: said by the caller's own read */
+  if (!null) return false;
+  Diag quiet;
   diag_init(&quiet, null, 0);
   Diag *outer = diag_enter(&quiet);
-  cost_device_defaults(m, &dev);
-  bool ok = (!r->fo->profile_file || cost_profile_read(r->fo->profile_file, &dev)) && diag_errors() == 0;
+  cost_device_defaults(m, dev);
+  bool ok = (!r->fo->profile_file || cost_profile_read(r->fo->profile_file, dev)) && diag_errors() == 0;
   diag_leave(outer);
   diag_free(&quiet);
   fclose(null);
-  if (!ok) return 0;
+  return ok;
+}
+
+/* The cost model's predicted step of m (on device_of's device); 0 where it cannot say. */
+static double step_of(Replan *r, const Module *m) {
+  CostDevice dev;
+  if (!device_of(r, m, &dev)) return 0;
   CostReport rep;
   cost_estimate(m, &dev, &rep);
   return rep.step_s;
@@ -186,17 +192,7 @@ Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *
 static bool instr_sums(Replan *r, Module *m0, int pp, double *t, int *cnt) {
   CostDevice dev;
   CostPipe cp;
-  FILE *null = fopen("/dev/null", "w");
-  if (!null) return false;
-  Diag quiet; /* a profile that cannot be read: said by the caller's own read, where it uses one */
-  diag_init(&quiet, null, 0);
-  Diag *outer = diag_enter(&quiet);
-  cost_device_defaults(m0, &dev);
-  bool ok = (!r->fo->profile_file || cost_profile_read(r->fo->profile_file, &dev)) && diag_errors() == 0;
-  diag_leave(outer);
-  diag_free(&quiet);
-  fclose(null);
-  if (!ok || !cost_pipe(m0, &dev, &cp) || cp.sched.pp != pp) return false;
+  if (!device_of(r, m0, &dev) || !cost_pipe(m0, &dev, &cp) || cp.sched.pp != pp) return false;
   for (int i = 0; i < 3 * pp; i++) t[i] = 0, cnt[i] = 0;
   for (int st = 0; st < pp; st++)
     for (int k = 0; k < cp.sched.len[st]; k++) {
