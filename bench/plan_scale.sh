@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compile time and memory at cluster scale: `shardc plan` (and the --search / --pick planner) over
 # the dimensions a user grows — world (up to 16384 ranks), layers, pp with interleaved and zb
-# schedules, cp (ring and all2all), micro-batches (up to 1024), ZeRO-3, GPT-3 175B — one run per
+# schedules, cp (ring and all2all), pp x cp with ZeRO-3 (GPT-3 175B, Llama-3-405B on CUDA), micro-batches
+# (up to 1024), ZeRO-3, GPT-3 175B — one run per
 # configuration. Prints each one's wall seconds, peak resident MiB and its three slowest passes
 # (--time-passes; ir_verify: the IR verifier after every pass, together; the reports' and the
 # planner's time is what they leave). With BASE (another shardc, e.g. main's) its seconds and MiB
@@ -20,6 +21,8 @@ filter=${4:-.}
 L=models/llama3-8b.model
 G=models/gpt3-175b.model
 P=models/topo/p4d-x128.topo
+H=models/llama3-405b.model
+D=models/topo/dgx-h100-x256.topo
 # name | arguments of `shardc plan`
 configs=(
   "llama8b-cp16-w128|$L -D cp=16 --world 128"
@@ -38,6 +41,10 @@ configs=(
   "gpt3-w1024|$G --world 1024"
   "gpt3-pp16-w16384|$G -D pp=16 --world 16384 -D batch=4096"
   "gpt3-pp16-z3-w8192|$G -D pp=16 -D zero=3 --world 8192 -D batch=1536"
+  "gpt3-pp4-cp4-z3-p4d128|$G --topology $P --target cuda -D pp=4 -D dp=8 -D tp=8 -D cp=4 -D sp=on -D zero=3 -D recompute=full"
+  "gpt3-pp4-cp2-z3-p4d128|$G --topology $P --target cuda -D pp=4 -D dp=16 -D tp=8 -D cp=2 -D sp=on -D zero=3 -D recompute=full"
+  "llama405b-pp4-cp2-z3-h100x256|$H --topology $D --target cuda -D tp=8 -D pp=4 -D cp=2 -D zero=3 -D recompute=selective"
+  "llama405b-pp8-cp4-z3-h100x256|$H --topology $D --target cuda -D tp=8 -D pp=8 -D cp=4 -D zero=3 -D recompute=selective"
   "gpt3-search-p4d128|$G --topology $P --target cuda --search"
   "gpt3-pick-p4d128|$G --topology $P --target cuda --pick"
   "llama8b-search-p4d128|$L --topology $P --target cuda --search"

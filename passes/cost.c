@@ -422,6 +422,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
                        double *busy_sum) {
   Sim s = {.m = m, .d = d};
   ir_comm_volumes(m, &s.v);
+  memplan_views_hold(); /* (the IR as it is throughout: each graph's reads indexed once, cost_op_time's views) */
   const PipePlan *p = m->pipe;
   int nst = p ? p->pp : 1;
   int *pos = NULL;
@@ -471,6 +472,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
       *r = one; /* the busiest stage's parts */
     }
   }
+  memplan_views_release();
   free(s.ends);
   ptrmap_free(&s.uses);
   free(s.rstage);
@@ -497,7 +499,9 @@ double cost_nodes_time(const Module *m, const CostDevice *d, const Node *const *
   s.r = &r;
   ir_comm_volumes(m, &s.v);
   Clock c = {0};
+  memplan_views_hold();
   for (int i = 0; i < n; i++) sim_node(&s, nodes[i], &c, true);
+  memplan_views_release();
   ptrmap_free(&s.pending);
   ptrmap_free(&s.uses);
   free(s.ends);

@@ -751,7 +751,9 @@ bool pass_memplan(Module *m) {
   mp->nstages = m->mesh && m->mesh->dim[RT_AX_PP] > 1 ? m->mesh->dim[RT_AX_PP] : 0;
   mp->stage_peak = mp->nstages ? ARENA_ARRAY(m->arena, int64_t, mp->nstages) : NULL;
   mp->pack_memo = memplan_pack_memo_new(&tmp);
+  memplan_views_hold(); /* (plan_graph changes no node's inputs: each graph's reads indexed once) */
   int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class, m->target == TARGET_CUDA, NULL);
+  memplan_views_release();
   mp->pack_memo = NULL;
   arena_free(&tmp);
   place_stacked(g);

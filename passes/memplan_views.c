@@ -43,21 +43,83 @@
  */
 #include "memplan_views.h"
 
+#include <stdlib.h>
+
+#include "diag.h"
 #include "passes.h"
 
 #define MEMPLAN_LD_ALIGN 8 /* elements */
 
 /* Whether a nested body of g (at any depth) reads v. */
-static bool captured(const Graph *g, const Value *v) {
+static bool captured_scan(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (!n->body) continue;
     for (int j = 0; j < n->body->nnodes; j++)
       for (int k = 0; k < n->body->nodes[j]->nin; k++)
         if (n->body->nodes[j]->in[k] == v) return true;
-    if (captured(n->body, v)) return true;
+    if (captured_scan(n->body, v)) return true;
   }
   return false;
+}
+
+/* The reads the column views look at, per graph, while memplan_views_hold is in effect: for each value
+ * g's own nodes read or a nested body (any depth) reads, READS_ONE x its reads by g's nodes, READ_FLAT
+ * where one of them takes no row stride (ir_reads_row_stride), READ_CAPTURED where a body reads it. A
+ * graph is indexed on its first question (one walk of it), so that deciding every slice of a graph is
+ * linear in it, not quadratic (a cp x pp plan's step: thousands of ring slices); outside a hold each
+ * question scans the graph (a pass that changes the IR between them). */
+enum { READ_CAPTURED = 1, READ_FLAT = 2, READS_ONE = 4 };
+static int held;
+static PtrMap indices; /* Graph * -> its PtrMap * (Value * -> the bits above) */
+
+void memplan_views_hold(void) { held++; }
+
+void memplan_views_release(void) {
+  if (--held > 0) return;
+  for (int i = 0; i < indices.cap; i++)
+    if (indices.slots[i].key) {
+      PtrMap *ix = (PtrMap *)indices.slots[i].val;
+      ptrmap_free(ix);
+      free(ix);
+    }
+  ptrmap_free(&indices);
+}
+
+static void index_bodies(PtrMap *ix, const Graph *g) { /* the values g's bodies read: READ_CAPTURED */
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (!n->body) continue;
+    for (int j = 0; j < n->body->nnodes; j++)
+      for (int k = 0; k < n->body->nodes[j]->nin; k++) {
+        intptr_t b = 0;
+        ptrmap_get(ix, n->body->nodes[j]->in[k], &b);
+        ptrmap_put(ix, n->body->nodes[j]->in[k], b | READ_CAPTURED);
+      }
+    index_bodies(ix, n->body);
+  }
+}
+
+/* v's bits in g (held), or -1 (not held: scan). */
+static intptr_t reads_of(const Graph *g, const Value *v) {
+  if (!held) return -1;
+  intptr_t at = 0, b = 0;
+  if (!ptrmap_get(&indices, g, &at)) {
+    PtrMap *ix = calloc(1, sizeof *ix);
+    if (!ix) die("memplan: out of memory");
+    for (int i = 0; i < g->nnodes; i++)
+      for (int k = 0; k < g->nodes[i]->nin; k++) {
+        const Value *u = g->nodes[i]->in[k];
+        ptrmap_get(ix, u, &b);
+        ptrmap_put(ix, u, (b + READS_ONE) | (ir_reads_row_stride(g->nodes[i], k) ? 0 : READ_FLAT));
+        b = 0;
+      }
+    index_bodies(ix, g);
+    ptrmap_put(&indices, g, (intptr_t)ix);
+    at = (intptr_t)ix;
+  }
+  ptrmap_get((const PtrMap *)at, v, &b);
+  return b;
 }
 
 static bool placed_here(const Value *x, const Graph *g) {
@@ -89,7 +151,10 @@ bool memplan_col_slice(const Node *n) {
   int ax = x->shape.rank - 1;
   if (ax < 1 || n->a.axis != ax || x->dtype != y->dtype || !slice_source(x, g) || x->ld) return false;
   if (n->a.start % MEMPLAN_LD_ALIGN || x->shape.dim[ax] % MEMPLAN_LD_ALIGN) return false;
-  if (ir_is_result(g, y) || captured(g, y)) return false;
+  if (ir_is_result(g, y)) return false;
+  intptr_t b = reads_of(g, y);
+  if (b >= 0) return !(b & (READ_CAPTURED | READ_FLAT)) && b >= READS_ONE;
+  if (captured_scan(g, y)) return false;
   int readers = 0;
   for (int i = 0; i < g->nnodes; i++)
     for (int k = 0; k < g->nodes[i]->nin; k++)
@@ -113,11 +178,16 @@ bool memplan_col_concat(const Node *n) {
     const Node *d = x->def;
     if (d->graph != g || x->dtype != y->dtype || !ir_writes_row_stride(d, x->idx) || x->host) return false;
     if (at % MEMPLAN_LD_ALIGN || ir_node_stages(d) != ir_node_stages(n)) return false;
-    if (ir_is_result(g, x) || captured(g, x)) return false;
-    int reads = 0; /* the concat's one read, nothing else's */
-    for (int j = 0; j < g->nnodes; j++)
-      for (int k = 0; k < g->nodes[j]->nin; k++) reads += g->nodes[j]->in[k] == x;
-    if (reads != 1) return false;
+    if (ir_is_result(g, x)) return false;
+    intptr_t b = reads_of(g, x);
+    if (b >= 0 && ((b & READ_CAPTURED) || b / READS_ONE != 1)) return false; /* the concat's one read, nothing else's */
+    if (b < 0) {
+      if (captured_scan(g, x)) return false;
+      int reads = 0;
+      for (int j = 0; j < g->nnodes; j++)
+        for (int k = 0; k < g->nodes[j]->nin; k++) reads += g->nodes[j]->in[k] == x;
+      if (reads != 1) return false;
+    }
     at += x->shape.dim[ax];
   }
   return true;

@@ -13,6 +13,11 @@
 bool memplan_col_slice(const Node *n);
 /* Whether concat n's inputs are written by their producers into their column slots (no copy). */
 bool memplan_col_concat(const Node *n);
+/* From hold to its release (nested holds count), the two above index each graph's reads once instead of
+ * scanning it per question: for a stretch that changes no node's inputs, results nor bodies (memplan.c's
+ * placement). */
+void memplan_views_hold(void);
+void memplan_views_release(void);
 /* The byte offset of a column view from its tensor's: slice n's own, or concat n's input i. */
 int64_t memplan_col_at(const Node *n, int i);
 

@@ -125,6 +125,22 @@ static void replace_deep(Graph *g, Value *from, Value *to) {
     if (g->nodes[i]->body) replace_deep(g->nodes[i]->body, from, to);
 }
 
+/* Each use of a key of `moved` in g and its bodies (any depth) replaced by its value: the wholes of all
+ * of g's runs at once (one walk of g, not one per gathered tensor: a cp x pp plan's step has thousands). */
+static void replace_moved(Graph *g, const PtrMap *moved) {
+  bool changed = false;
+  intptr_t t;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (ptrmap_get(moved, n->in[j], &t)) n->in[j] = (Value *)t, changed = true;
+    if (n->body) replace_moved(n->body, moved);
+  }
+  for (int i = 0; i < g->nresults; i++)
+    if (ptrmap_get(moved, g->results[i], &t)) g->results[i] = (Value *)t, changed = true;
+  if (changed) ir_touch(g);
+}
+
 typedef struct {
   const Node *like; /* stage predicate and location */
   Node **made;
@@ -142,8 +158,10 @@ static Value *emit(Graph *g, Emit *e, OpKind op, int nin, Value *const *in, Shap
 static Shape shape2(int64_t a, int64_t b) { return (Shape){.rank = 2, .dim = {a, b}}; }
 static Shape shape3(int64_t a, int64_t b, int64_t c) { return (Shape){.rank = 3, .dim = {a, b, c}}; }
 
-/* Rewrites the run (positions pos[0..k) of g) as one gather, which it returns. */
-static Value *coalesce(Graph *g, Node **run, const int *pos, int k) {
+/* Rewrites the run (positions pos[0..k) of g) as one gather, which it returns; each gathered whole's
+ * unpacked value goes into `moved` (whole -> value), for replace_moved once g's runs are all made (until
+ * then the wholes' readers read the gathers it removes, which no later run of g reads: reads_any). */
+static Value *coalesce(Graph *g, Node **run, const int *pos, int k, PtrMap *moved) {
   int n0 = g->nnodes, last = pos[k - 1];
   int first_reader = n0;
   for (int i = last + 1; i < n0 && first_reader == n0; i++)
@@ -188,7 +206,7 @@ static Value *coalesce(Graph *g, Node **run, const int *pos, int k) {
     v = emit(g, &un, OP_RESHAPE, 1, &v, whole->shape, NULL);
     v->sharding = whole->sharding;
     v->name = whole->name;
-    replace_deep(g, whole, v);
+    ptrmap_put(moved, whole, (intptr_t)v);
   }
   /* the new order: the pack and the gather where the run's last gather was, the unpacking before
    * the first reader (else at the end), the run's gathers gone */
@@ -263,6 +281,7 @@ static void coalesce_graph(Ctx *c, Graph *g) {
     if (g->nodes[i]->body) coalesce_graph(c, g->nodes[i]->body);
   Node **run = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
   int *pos = ARENA_ARRAY(g->arena, int, g->nnodes + 1);
+  PtrMap moved = {0};
   for (int i = 0; i < g->nnodes; i++) {
     if (!eligible(g, g->nodes[i], c->z, c->m->target)) continue;
     int k = 0;
@@ -281,12 +300,14 @@ static void coalesce_graph(Ctx *c, Graph *g) {
     }
     if (k > 1 && pays(c, g, run, k)) {
       c->done++;
-      Value *G = coalesce(g, run, pos, k);
+      Value *G = coalesce(g, run, pos, k, &moved);
       while (g->nodes[i] != G->def) i++; /* on after the new gather */
     } else {
       i = pos[k - 1];
     }
   }
+  if (moved.count) replace_moved(g, &moved);
+  ptrmap_free(&moved);
 }
 
 /* ---- the gradients' reduce-scatters ---- */

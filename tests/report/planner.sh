@@ -13,7 +13,8 @@
 #     (and no compiled plan needs less memory than the search's lower bound); on GPT-3 175B
 #     candidates over the bound (parameters and state alone) are not compiled, the bound's example
 #     hand-checked, the search under 10 s on 40 and 80 GiB; the analytic model within 15 % (memory)
-#     and 30 % (step) of the compiled plans of GPT-2 and tiny;
+#     and 30 % (step) of the compiled plans of GPT-2 and tiny; GPT-3 pp 4 x cp 2 (72 micro-batches)
+#     plans in under 4 CPU s (12 on the code before 2026-11-27's wip-cspeed: quadratic in its slices);
 #  4. --pick plans the table's first row: its predicted step (compiled in full) is the row's, and
 #     `shardc build --pick` writes a trainer that runs 2 steps; a world and batch the file's own
 #     micro-batch cannot reach (-D batch=8 --world 4, micro_batch 8) are searched all the same (the
@@ -223,6 +224,14 @@ out4=$(cat "$tmp/out")
 awk -v c="$cpu" 'BEGIN { exit !(c < 10) }' || bad "GPT-3 on 4 GiB: the search took $cpu CPU s, not under 10"
 echo "$out4" | grep -q '^# no candidate fits, even analytically; the closest, dp 16 tp 8+sp cp 8 z3 rc full mb 1, needs 4.5 GiB per rank over 4.0 GiB: parameters .*, gradients .*, optimizer state .*, activations .* (largest: ' ||
   bad "GPT-3 on 4 GiB: no clear 'closest' line: $(echo "$out4" | sed -n 5p)"
+
+# 3b'. compile time of a pp x cp plan (docs/performance.md, "Compile time: pp x cp"): GPT-3 pp 4 x cp 2
+# at 72 micro-batches took 12.7 CPU s (the memory plan's column views and zcoal's replacements scanned
+# the step graph per slice and per gathered tensor: quadratic), now ~0.6
+cpu_time "$shardc" plan models/gpt3-175b.model --target cuda --topology models/topo/p4d-x128.topo -D pp=4 -D dp=16 \
+  -D tp=8 -D cp=2 -D sp=on -D zero=3 -D recompute=full -D batch=1152 || bad "GPT-3 pp 4 x cp 2: plan failed: $(head -3 "$tmp/out")"
+echo "GPT-3 pp 4 x cp 2, 72 micro-batches: plan took $cpu CPU s ($wall s wall)"
+awk -v c="$cpu" 'BEGIN { exit !(c < 4) }' || bad "GPT-3 pp 4 x cp 2: plan took $cpu CPU s, not under 4 (quadratic again?)"
 
 # 3c. the analytic model against the compiled plans (the search's own comparison rows): memory within
 # 15 % and the step within 30 % on GPT-2 124M (one p4d node, CUDA) and tiny (4 CPU ranks), every
