@@ -38,6 +38,8 @@
  * pack, three times where transposed, and the shards), the same cap on the shard bytes. The scatter
  * then starts when the layer's last gradient is ready, not as each is: where the body's computation
  * hides its collectives (exposure 0) it does not pay, and `on` costs the overlap (docs/planner.md).
+ * Where passes/zero_defer.c (after this pass) defers the body's waits to the next iteration nothing of
+ * the overlap is lost: the decision is then asked `deferred` (the copies against the channel's slack). 
  * plan_model.c times ZeRO-2's the same way (plan_model_zero.c's scatters_coalesce). Written where it joins
  * nothing (zero 0 or 1, a data-parallel group of one rank), a note says so. */
 #include <math.h>
