@@ -393,7 +393,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   if (c->dp > 1 && c->zero >= 3) {
     double bw, lat;
     int n = dp_link(c, dev, dpn, &bw, &lat);
-    e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, &copy_s, &bcopy_s,
+    e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, defer, &copy_s, &bcopy_s,
                            &flat, &gather_pt);
     if (c->pp > 1) gather += flat;
   }
@@ -449,7 +449,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * latency (its ZeRO-2 dp term is the step's ring), neither its saving nor its copies */
     bool coal = c->zero == 2 &&
                 layer_scatters(pm, c, bucket, n, bw, lat, 0, full ? fwd : 0, ab, b, false, &cnt, &s_all, &s_packed, &s_end) &&
-                scatters_coalesce(base, dev, (int)cnt, n, lat, p_layer, fmax(0, s_all - (lay - fwd)), accum * lst, &bcopy_s);
+                scatters_coalesce(base, dev, (int)cnt, n, lat, p_layer, fmax(0, s_all - (lay - fwd)),
+                                  defer && lst >= 2, accum * lst, &bcopy_s);
     layer_scatters(pm, c, bucket, n, bw, lat, gather_pt, full ? fwd : 0, ab, b, coal, &cnt, &s_all, &s_packed, &s_end);
     /* not deferred (`defer_waits off`, or auto where the plan does not fit with them): each iteration waits
      * at its end, under accumulation for the channel's end (the running sums' adds), else for its packed

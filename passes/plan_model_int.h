@@ -56,8 +56,8 @@ bool layer_scatters(const PlanModel *pm, const struct PlanCand *c, double cap, i
 /* Whether passes/zero_coalesce.c coalesces a backward body's k scatters of a layer (its decision,
  * zero_coalesce_pays); *bcopy_s: the copies' seconds in `points` bodies. */
 bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, double lat, double p_layer,
-                       double exposed, double points, double *bcopy_s);
+                       double exposed, bool defer, double points, double *bcopy_s);
 /* ZeRO-3's dp (dp x cp) collectives' seconds a step (and their copies, flat buffer, a gather point's time). */
 double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c, double p_rank,
-                    double p_layer, double lst, int n, double bw, double lat, double hide, double *copy_s,
+                    double p_layer, double lst, int n, double bw, double lat, double hide, bool defer, double *copy_s,
                     double *bcopy_s, double *flat, double *gather_pt);

@@ -63,14 +63,14 @@ bool layer_scatters(const PlanModel *pm, const PlanCand *c, double cap, int n, d
 /* Whether passes/zero_coalesce.c coalesces the backward loops' k gradient reduce-scatters of a layer
  * (ZeRO-2/3; its coalesce_scatters): `coalesce on`, or under `auto` zero_coalesce_pays (the one decision)
  * with the copies (the f32 layer gradient p_layer packed, half of it transposed, and its shards over n)
- * and `exposed` (the latency saved at most, a body's); *bcopy_s: the copies' seconds in `points` bodies
+ * and `exposed` (the latency saved at most, a body's), `defer` (the waits deferred: the pass's); *bcopy_s: the copies' seconds in `points` bodies
  * a step (compute's, the backward's). */
 bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, double lat, double p_layer,
-                       double exposed, double points, double *bcopy_s) {
+                       double exposed, bool defer, double points, double *bcopy_s) {
   double copies = p_layer / n + 2 * p_layer;
   bool on = base->plan.coalesce == COALESCE_ON ||
             (base->plan.coalesce == COALESCE_AUTO &&
-             zero_coalesce_pays(k, n, lat, dev->op_overhead_s, copies, dev->bytes_per_s, exposed));
+             zero_coalesce_pays(k, n, lat, dev->op_overhead_s, copies, dev->bytes_per_s, exposed, defer));
   if (!on || k < 2) return false;
   *bcopy_s = points * (2 * copies / dev->bytes_per_s + (k + 1) * dev->op_overhead_s);
   return true;
@@ -92,7 +92,7 @@ bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, 
  * a collective) ran 21,440 collectives a step: 55 s. */
 double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
                     double p_rank, double p_layer, double lst, int n, double bw, double lat, double hide,
-                    double *copy_s, double *bcopy_s, double *flat, double *gather_pt) {
+                    bool defer, double *copy_s, double *bcopy_s, double *flat, double *gather_pt) {
   *copy_s = 0, *bcopy_s = 0, *flat = 0, *gather_pt = 0;
   if (n <= 1 || bw <= 0) return 0;
   double accum = (double)c->accum, cb = pm->cb;
@@ -107,7 +107,7 @@ double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *d
   int k = (int)pm->nl_mat;
   bool coalesce = base->plan.coalesce == COALESCE_ON ||
                   (base->plan.coalesce == COALESCE_AUTO &&
-                   zero_coalesce_pays(k, n, lat, dev->op_overhead_s, copies, dev->bytes_per_s, fmax(0, one - hide) / points));
+                   zero_coalesce_pays(k, n, lat, dev->op_overhead_s, copies, dev->bytes_per_s, fmax(0, one - hide) / points, false));
   if (coalesce && k > 1) {
     each = fmax(1, fmin(pm->nl_mat, ceil(shards / bucket)));
     *copy_s = points * (2 * copies / dev->bytes_per_s + (k + 1) * dev->op_overhead_s); /* (compute's) */
@@ -118,7 +118,8 @@ double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *d
    * what the gathers left exposed): the f32 gradient packed, half of it transposed, the shards unpacked;
    * within the bucket on the shard bytes; the packed [group, N] beside the layer's gradients */
   double left = bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
-  if (scatters_coalesce(base, dev, (int)scatters, n, lat, p_layer, fmax(0, left - hide) / points, points / 2, bcopy_s)) {
+  if (scatters_coalesce(base, dev, (int)scatters, n, lat, p_layer, fmax(0, left - hide) / points,
+                        defer && lst >= 2, points / 2, bcopy_s)) {
     scatters = fmax(1, fmin(scatters, ceil(p_layer / n / bucket)));
     *flat += p_layer;
   }

@@ -78,9 +78,11 @@ void zero_master_gather_copy(Graph *g, Node *u, int d, ZeroGroup z);
 /* passes/zero_coalesce.c's decision, which plan_model.c asks too: whether k collectives over a group of
  * `group` ranks (lat_s per ring step, overhead_s per call) are worth one, their pack and unpack copies
  * moving copy_bytes (read and written, at bytes_per_s); the latency saved is at most exposed_s (the
- * communication time not hidden behind computation where they are issued). */
+ * communication time not hidden behind computation where they are issued). `deferred`: the waits are
+ * deferred to the next iteration (passes/zero_defer.c: ZeRO-2/3's backward scatters where
+ * zero_defers_plan holds), so no overlap is lost and the copies cost only beyond the channel's time. */
 bool zero_coalesce_pays(int k, int group, double lat_s, double overhead_s, double copy_bytes, double bytes_per_s,
-                        double exposed_s);
+                        double exposed_s, bool deferred);
 
 /* Whether a run of reduce-scatters (n of them so far, run_bytes) takes the next one, of `bytes`, into the
  * one collective it is packed into: its first, or within cap. The one rule of zero_group_scatters and

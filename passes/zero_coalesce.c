@@ -38,6 +38,8 @@
  * pack, three times where transposed, and the shards), the same cap on the shard bytes. The scatter
  * then starts when the layer's last gradient is ready, not as each is: where the body's computation
  * hides its collectives (exposure 0) it does not pay, and `on` costs the overlap (docs/planner.md).
+ * Where passes/zero_defer.c (after this pass) defers the body's waits to the next iteration nothing of
+ * the overlap is lost: the decision is then asked `deferred` (the copies against the channel's slack). 
  * plan_model.c times ZeRO-2's the same way (plan_model_zero.c's scatters_coalesce). Written where it joins
  * nothing (zero 0 or 1, a data-parallel group of one rank), a note says so. */
 #include <math.h>
@@ -54,11 +56,15 @@
 #include "zero.h"
 
 bool zero_coalesce_pays(int k, int group, double lat_s, double overhead_s, double copy_bytes, double bytes_per_s,
-                        double exposed_s) {
+                        double exposed_s, bool deferred) {
   if (k < 2 || group < 2) return false;
-  double saved = fmin((double)(k - 1) * ((double)(group - 1) * lat_s + overhead_s), exposed_s);
+  double latency = (double)(k - 1) * ((double)(group - 1) * lat_s + overhead_s);
   double cost = 2 * copy_bytes / (bytes_per_s > 0 ? bytes_per_s : 1e9) + (double)(k + 1) * overhead_s;
-  return saved > cost;
+  /* deferred (passes/zero_defer.c): the scatters overlap the next iteration too, so the body's time is
+   * its channel's or its compute's, whichever is longer; the copies (compute) cost only where they pass
+   * the channel's time less the latency saved: max(cost, exposed - latency) against exposed */
+  if (deferred) return exposed_s > 0 && fmax(cost, exposed_s - latency) < exposed_s;
+  return fmin(latency, exposed_s) > cost;
 }
 
 static int64_t vbytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
@@ -234,6 +240,7 @@ typedef struct {
   double lat_s, link_bytes_per_s; /* the group's link; its bandwidth a ring's share (ir_comm_link_share) */
   int64_t cap;
   int done;
+  bool defer; /* the backward loops' scatter waits deferred (zero_defers_plan) */
 } Ctx;
 
 /* g's computation (each node by the cost model; a nested loop's count
@@ -273,7 +280,7 @@ static double exposed_s(const Ctx *c, const Graph *g) {
 static bool pays(const Ctx *c, const Graph *g, Node *const *run, int k) {
   if (c->m->plan.coalesce == COALESCE_ON) return k > 1;
   return zero_coalesce_pays(k, c->z.deg, c->lat_s, c->dev.op_overhead_s, copy_bytes(run, k), c->dev.bytes_per_s,
-                            exposed_s(c, g));
+                            exposed_s(c, g), false); /* (the gathers' waits are the prefetch's, not deferred) */
 }
 
 static void coalesce_graph(Ctx *c, Graph *g) {
@@ -495,8 +502,11 @@ static Value *coalesce_rs(Graph *g, Node **run, const int *pos, int k, int deg, 
 
 static bool rs_pays(const Ctx *c, const Graph *g, Node *const *run, int k) {
   if (c->m->plan.coalesce == COALESCE_ON) return k > 1;
+  /* deferred where passes/zero_defer.c (after this pass) will take this body's waits: the plan's
+   * (zero_defers_plan) and a loop of two layers or more (a next iteration to wait in) */
+  bool deferred = c->defer && g->owner && g->owner->op == OP_REPEAT && g->owner->a.count >= 2;
   return zero_coalesce_pays(k, c->z.deg, c->lat_s, c->dev.op_overhead_s, rs_copy_bytes(g, run, k, c->z.deg),
-                            c->dev.bytes_per_s, exposed_s(c, g));
+                            c->dev.bytes_per_s, exposed_s(c, g), deferred);
 }
 
 /* A loop body's reduce-scatters of its gradients (the backward loops': a layer's), in runs: from one,
@@ -542,7 +552,7 @@ static void coalesce_scatters(Ctx *c, Graph *g) {
 }
 
 bool pass_zero_coalesce(Module *m) {
-  Ctx c = {.m = m, .z = zero_group(m->mesh)};
+  Ctx c = {.m = m, .z = zero_group(m->mesh), .defer = zero_defers_plan(m)};
   SrcLoc at = m->plan.opt_loc[PLAN_OPT_COALESCE];
   if (at.file && (m->plan.zero < 2 || c.z.deg <= 1)) { /* written, and nothing for it to join: said, not ignored */
     char has[64];

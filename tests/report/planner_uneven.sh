@@ -36,11 +36,12 @@
 #     coalesced gathers' copies), its memory within 7 % (the coalesced gathers' flat buffer).
 #  g. ZeRO-3's coalesced gradient reduce-scatters decided by the ring's share of the node's network
 #     (docs/planner.md, "The coalescing decision and the node's network"): Llama-3-405B `dp 128 tp 4+sp pp 2
-#     1f1b cp 2 z3` (a compile of 0.3 s): `coalesce auto` coalesces the backward body's scatters where
-#     the copies pay (4804 dp*cp reduce-scatters a step; 7072 apart, 1969 with `on`) and its compiled step
-#     is below both `on`'s and `off`'s (83.5 s; on 84.4, off 96.9). The pass that gave each ring the node's
-#     whole network saw the body's collectives (22 ms) hidden under its compute (25 ms) and kept them
-#     apart: 7072, 85.8 s.
+#     1f1b cp 2 z3` (a compile of 0.3 s; its scatter waits deferred, the default): `coalesce auto`
+#     coalesces the backward body's scatters (1969 dp*cp reduce-scatters a step, as `on`; 7072 apart) and
+#     its compiled step is at most `on`'s and below `off`'s (76.9 s; on 76.9, off 96.9). The decision
+#     that did not know the deferral (the copies against the latency the body's waits expose) took 4804
+#     and 80.7 s; the one that gave each ring the node's whole network saw the body's collectives (22 ms)
+#     hidden under its compute (25 ms) and kept them apart: 7072.
 #  h. ZeRO-2's backward scatters coalesced (docs/planner.md, "ZeRO-2's gradient reduce-scatters
 #     coalesced"): Llama-3-8B `dp 2048 tp 1 z2 rc sel mb 1` on 2048 H100 (a compile of 0.02 s): `coalesce auto`
 #     coalesces (70 dp reduce-scatters a step; 582 apart) and its compiled step is at most `on`'s and
@@ -173,12 +174,12 @@ echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "GiB") m[++n] =
   bad "llama3-405b Meta's plan: analytic memory not within 2 % of the compiled: $arow"
 echo "$arow" | grep -qE '^# +1  dp .* fits$' || bad "llama3-405b Meta's plan: not a fit by the model (marked, or another verdict): $arow"
 
-# g. the coalescing decision with the ring's share of the node's network (its B loops' scatter waits at
-# their iteration's end, `defer_waits off`: the program this decision was made for; with them deferred,
-# passes/zero_defer.c under pp, `on` is faster than `auto`: 76.9 / 80.7 s, docs/planner.md "Deferred waits
-# under pipeline stages", left)
+# g. the coalescing decision with the ring's share of the node's network and the deferred scatter waits
+# (the default program: its B loops' waits deferred to the next iteration, passes/zero_defer.c; the
+# decision, zero_coalesce_pays, knows it: docs/planner.md "The coalescing decision and the deferred waits";
+# before it did, `auto` took 80.7 s against `on`'s 76.9 s)
 z3tp4=(models/llama3-405b.model --target cuda -D dp=128 -D tp=4 -D sp=on -D pp=2 -D pp_layers=even -D schedule=1f1b -D cp=2
-  -D zero=3 -D recompute=selective -D micro_batch=1 -D defer_waits=off --cost)
+  -D zero=3 -D recompute=selective -D micro_batch=1 --cost)
 declare -A rs st
 for co in off auto on; do
   out=$("$shardc" plan "${z3tp4[@]}" -D coalesce="$co" 2>&1) || { bad "llama3-405b tp 4 cp 2 z3 coalesce $co: failed: $out"; continue; }
