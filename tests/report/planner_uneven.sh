@@ -174,36 +174,36 @@ echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "GiB") m[++n] =
   bad "llama3-405b Meta's plan: analytic memory not within 2 % of the compiled: $arow"
 echo "$arow" | grep -qE '^# +1  dp .* fits$' || bad "llama3-405b Meta's plan: not a fit by the model (marked, or another verdict): $arow"
 
+# coalesced NAME GROUP ARGS...: the plan ARGS compiled with --cost under coalesce off, auto and on: auto coalesces
+# the backward's reduce-scatters over GROUP (dp, dp*cp: the --cost table's row), on no fewer, and auto's step is
+# the fastest (no slower than on, faster than off)
+coalesced() {
+  local name=$1 group=$2 co out
+  shift 2
+  local -A rs st
+  for co in off auto on; do
+    out=$("$shardc" plan "$@" -D coalesce="$co" 2>&1) || { bad "$name coalesce $co: failed: $out"; continue; }
+    rs[$co]=$(echo "$out" | awk -v g="#   $group " 'index($0, g) == 1 { f = 1 } f && / backward +reduce_scatter /{ print $(NF - 4); exit }')
+    st[$co]=$(echo "$out" | step)
+  done
+  echo "$name: backward $group reduce-scatters off/auto/on ${rs[off]}/${rs[auto]}/${rs[on]}, step ${st[off]}/${st[auto]}/${st[on]} s"
+  [ -n "${rs[auto]}" ] && [ -n "${rs[on]}" ] && [ "${rs[auto]}" -lt "${rs[off]:-0}" ] && [ "${rs[on]}" -le "${rs[auto]}" ] ||
+    bad "$name: coalesce auto does not coalesce the backward's reduce-scatters (off/auto/on ${rs[off]}/${rs[auto]}/${rs[on]})"
+  awk -v a="${st[auto]}" -v n="${st[on]}" -v f="${st[off]}" 'BEGIN { exit !(a > 0 && a <= n && a < f) }' ||
+    bad "$name: coalesce auto's step ${st[auto]} s is not the fastest (on ${st[on]}, off ${st[off]})"
+}
+
 # g. the coalescing decision with the ring's share of the node's network and the deferred scatter waits
 # (the default program: its B loops' waits deferred to the next iteration, passes/zero_defer.c; the
 # decision, zero_coalesce_pays, knows it: docs/planner.md "The coalescing decision and the deferred waits";
 # before it did, `auto` took 80.7 s against `on`'s 76.9 s)
 z3tp4=(models/llama3-405b.model --target cuda -D dp=128 -D tp=4 -D sp=on -D pp=2 -D pp_layers=even -D schedule=1f1b -D cp=2
   -D zero=3 -D recompute=selective -D micro_batch=1 --cost)
-declare -A rs st
-for co in off auto on; do
-  out=$("$shardc" plan "${z3tp4[@]}" -D coalesce="$co" 2>&1) || { bad "llama3-405b tp 4 cp 2 z3 coalesce $co: failed: $out"; continue; }
-  rs[$co]=$(echo "$out" | awk '/^#   dp\*cp /{ f = 1 } f && / backward +reduce_scatter /{ print $(NF - 4); exit }')
-  st[$co]=$(echo "$out" | step)
-done
-echo "llama3-405b dp 128 tp 4+sp pp 2 1f1b cp 2 z3: backward dp*cp reduce-scatters off/auto/on ${rs[off]}/${rs[auto]}/${rs[on]}, step ${st[off]}/${st[auto]}/${st[on]} s"
-[ -n "${rs[auto]}" ] && [ -n "${rs[on]}" ] && [ "${rs[auto]}" -lt "${rs[off]:-0}" ] && [ "${rs[on]}" -le "${rs[auto]}" ] ||
-  bad "llama3-405b tp 4 cp 2 z3: coalesce auto does not coalesce the backward's reduce-scatters (off/auto/on ${rs[off]}/${rs[auto]}/${rs[on]})"
-awk -v a="${st[auto]}" -v n="${st[on]}" -v f="${st[off]}" 'BEGIN { exit !(a > 0 && a <= n && a < f) }' ||
-  bad "llama3-405b tp 4 cp 2 z3: coalesce auto's step ${st[auto]} s is not the fastest (on ${st[on]}, off ${st[off]})"
+coalesced "llama3-405b dp 128 tp 4+sp pp 2 1f1b cp 2 z3" "dp*cp" "${z3tp4[@]}"
 
 # h. ZeRO-2's scatters coalesced (the latency of 2048 ranks)
 z2=(models/llama3-8b.model --target cuda --topology models/topo/dgx-h100-x256.topo --world 2048 -D batch=4096 -D zero=2 -D pp=1
   -D tp=1 -D dp=2048 -D cp=1 -D sp=off -D recompute=selective -D micro_batch=1 --cost)
-for co in off auto on; do
-  out=$("$shardc" plan "${z2[@]}" -D coalesce="$co" 2>&1) || { bad "llama3-8b dp 2048 z2 coalesce $co: failed: $out"; continue; }
-  rs[$co]=$(echo "$out" | awk '/^#   dp  /{ f = 1 } f && / backward +reduce_scatter /{ print $(NF - 4); exit }')
-  st[$co]=$(echo "$out" | step)
-done
-echo "llama3-8b dp 2048 z2: backward dp reduce-scatters off/auto/on ${rs[off]}/${rs[auto]}/${rs[on]}, step ${st[off]}/${st[auto]}/${st[on]} s"
-[ -n "${rs[auto]}" ] && [ -n "${rs[on]}" ] && [ "${rs[auto]}" -lt "${rs[off]:-0}" ] && [ "${rs[on]}" -le "${rs[auto]}" ] ||
-  bad "llama3-8b dp 2048 z2: coalesce auto does not coalesce the backward's reduce-scatters (off/auto/on ${rs[off]}/${rs[auto]}/${rs[on]})"
-awk -v a="${st[auto]}" -v n="${st[on]}" -v f="${st[off]}" 'BEGIN { exit !(a > 0 && a <= n && a < f) }' ||
-  bad "llama3-8b dp 2048 z2: coalesce auto's step ${st[auto]} s is not the fastest (on ${st[on]}, off ${st[off]})"
+coalesced "llama3-8b dp 2048 z2" dp "${z2[@]}"
 
 exit $fail
