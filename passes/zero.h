@@ -31,6 +31,9 @@ bool zero_splits_params(const Module *m);
  * instructions' loops; the loops of one layer a stage or chunk the pass leaves).
  * passes/plan_model.c's memory and stall model asks it too (its stall at pp 1 only). */
 bool zero_defers_scatters(int zero, int group);
+/* Whether loop r's body scatters can be waited in its next iteration: a repeat of two iterations or more
+ * (a pipeline stage's or interleaved chunk's loop of one layer has none). */
+bool zero_defer_loop(const Node *r);
 /* Where zero_defers_scatters holds, whether the plan defers them: plan `defer_waits` `want` (Plan.defer_waits:
  * DEFER_ON yes, DEFER_OFF no; DEFER_AUTO unless the plan with them needs `total` bytes per rank (0: not
  * measured) over the device's `cap` (<= 0: unknown)). The one rule of passes/zero_defer.c (the driver's

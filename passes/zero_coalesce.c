@@ -504,7 +504,7 @@ static bool rs_pays(const Ctx *c, const Graph *g, Node *const *run, int k) {
   if (c->m->plan.coalesce == COALESCE_ON) return k > 1;
   /* deferred where passes/zero_defer.c (after this pass) will take this body's waits: the plan's
    * (zero_defers_plan) and a loop of two layers or more (a next iteration to wait in) */
-  bool deferred = c->defer && g->owner && g->owner->op == OP_REPEAT && g->owner->a.count >= 2;
+  bool deferred = c->defer && zero_defer_loop(g->owner);
   return zero_coalesce_pays(k, c->z.deg, c->lat_s, c->dev.op_overhead_s, rs_copy_bytes(g, run, k, c->z.deg),
                             c->dev.bytes_per_s, exposed_s(c, g), deferred);
 }

@@ -45,6 +45,8 @@
 
 bool zero_defers_scatters(int zero, int group) { return zero >= 2 && group > 1; }
 
+bool zero_defer_loop(const Node *r) { return r && r->op == OP_REPEAT && r->a.count >= 2; }
+
 bool zero_defer_taken(int want, double total, double cap) {
   return want == DEFER_ON || (want == DEFER_AUTO && !(total > 0 && cap > 0 && total > cap));
 }
@@ -232,7 +234,7 @@ static void defer_graph(Graph *g, int64_t *most) {
     Node *r = g->nodes[i];
     if (!r->body) continue;
     defer_graph(r->body, most);
-    if (r->op != OP_REPEAT || r->a.count < 2) continue; /* (one layer: no next iteration to wait in) */
+    if (!zero_defer_loop(r)) continue;
     for (int j = 0; j < r->body->nnodes; j++) {
       Node *s = r->body->nodes[j];
       if (s->op == OP_REDUCE_SCATTER && ir_comm_async(s)) defer_one(r, i, s, &l);
@@ -257,7 +259,7 @@ static bool has_deferrable(const Graph *g) {
     const Node *r = g->nodes[i];
     if (!r->body) continue;
     if (has_deferrable(r->body)) return true;
-    if (r->op != OP_REPEAT || r->a.count < 2) continue;
+    if (!zero_defer_loop(r)) continue;
     for (int j = 0; j < r->body->nnodes; j++)
       if (r->body->nodes[j]->op == OP_REDUCE_SCATTER && ir_comm_async(r->body->nodes[j])) return true;
   }
