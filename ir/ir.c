@@ -201,6 +201,20 @@ void ir_replace_uses(Graph *g, Value *from, Value *to) {
   if (changed) ir_touch(g);
 }
 
+void ir_replace_uses_map_deep(Graph *g, const PtrMap *map) {
+  bool changed = false;
+  intptr_t t;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (ptrmap_get(map, n->in[j], &t)) n->in[j] = (Value *)t, changed = true;
+    if (n->body) ir_replace_uses_map_deep(n->body, map);
+  }
+  for (int i = 0; i < g->nresults; i++)
+    if (ptrmap_get(map, g->results[i], &t)) g->results[i] = (Value *)t, changed = true;
+  if (changed) ir_touch(g);
+}
+
 void ir_replace_uses_many(Graph *g, int n, Value *const *from, Value *const *to) {
   if (n <= 2) {
     for (int i = 0; i < n; i++) ir_replace_uses(g, from[i], to[i]);

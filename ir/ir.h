@@ -331,6 +331,9 @@ int ir_next_computing(const Graph *g, int i);     /* the first node after i that
 void ir_replace_uses(Graph *g, Value *from, Value *to);
 /* ir_replace_uses for n pairs in one walk of g: from[i] -> to[i] (the froms distinct, no to another pair's from; a pair from == to is none). */
 void ir_replace_uses_many(Graph *g, int n, Value *const *from, Value *const *to);
+/* Every use in g and its bodies (any depth: nodes' inputs, results) of a key of map (Value * -> Value *)
+ * replaced by its value, in one walk; each graph changed is touched. */
+void ir_replace_uses_map_deep(Graph *g, const PtrMap *map);
 /* Moves g's last node (just appended) to position pos, after nodes[pos - 1]. */
 void ir_move_last(Graph *g, int pos);
 /* Restores topological order after nodes were moved or merged: stable, a node moves only behind

@@ -131,22 +131,6 @@ static void replace_deep(Graph *g, Value *from, Value *to) {
     if (g->nodes[i]->body) replace_deep(g->nodes[i]->body, from, to);
 }
 
-/* Each use of a key of `moved` in g and its bodies (any depth) replaced by its value: the wholes of all
- * of g's runs at once (one walk of g, not one per gathered tensor: a cp x pp plan's step has thousands). */
-static void replace_moved(Graph *g, const PtrMap *moved) {
-  bool changed = false;
-  intptr_t t;
-  for (int i = 0; i < g->nnodes; i++) {
-    Node *n = g->nodes[i];
-    for (int j = 0; j < n->nin; j++)
-      if (ptrmap_get(moved, n->in[j], &t)) n->in[j] = (Value *)t, changed = true;
-    if (n->body) replace_moved(n->body, moved);
-  }
-  for (int i = 0; i < g->nresults; i++)
-    if (ptrmap_get(moved, g->results[i], &t)) g->results[i] = (Value *)t, changed = true;
-  if (changed) ir_touch(g);
-}
-
 typedef struct {
   const Node *like; /* stage predicate and location */
   Node **made;
@@ -165,7 +149,7 @@ static Shape shape2(int64_t a, int64_t b) { return (Shape){.rank = 2, .dim = {a,
 static Shape shape3(int64_t a, int64_t b, int64_t c) { return (Shape){.rank = 3, .dim = {a, b, c}}; }
 
 /* Rewrites the run (positions pos[0..k) of g) as one gather, which it returns; each gathered whole's
- * unpacked value goes into `moved` (whole -> value), for replace_moved once g's runs are all made (until
+ * unpacked value goes into `moved` (whole -> value), for ir_replace_uses_map_deep once g's runs are all made (until
  * then the wholes' readers read the gathers it removes, which no later run of g reads: reads_any). */
 static Value *coalesce(Graph *g, Node **run, const int *pos, int k, PtrMap *moved) {
   int n0 = g->nnodes, last = pos[k - 1];
@@ -313,7 +297,7 @@ static void coalesce_graph(Ctx *c, Graph *g) {
       i = pos[k - 1];
     }
   }
-  if (moved.count) replace_moved(g, &moved);
+  if (moved.count) ir_replace_uses_map_deep(g, &moved); /* (one walk of g, not one per gathered tensor) */
   ptrmap_free(&moved);
 }
 

@@ -84,24 +84,6 @@ static Value *moved_to(const Lifted *l, Value *v) {
   return ptrmap_get(&l->moved, v, &o) ? (Value *)o : v;
 }
 
-/* Every use of a moved value in g (nested bodies too) replaced. */
-static void replace_moved(Graph *g, const Lifted *l) {
-  bool changed = false;
-  for (int i = 0; i < g->nnodes; i++) {
-    Node *n = g->nodes[i];
-    for (int j = 0; j < n->nin; j++) {
-      Value *v = moved_to(l, n->in[j]);
-      if (v != n->in[j]) n->in[j] = v, changed = true;
-    }
-    if (n->body) replace_moved(n->body, l);
-  }
-  for (int i = 0; i < g->nresults; i++) {
-    Value *v = moved_to(l, g->results[i]);
-    if (v != g->results[i]) g->results[i] = v, changed = true;
-  }
-  if (changed) ir_touch(g);
-}
-
 /* g's lifted nodes (its last, from n0 on) each group after its loop; a loop's groups in the reverse of their
  * making (each was placed right after the loop when made). */
 static void place_lifted(Graph *g, int n0, const Lifted *l) {
@@ -246,7 +228,7 @@ static void defer_graph(Graph *g, int64_t *most) {
     }
     if (held > *most) *most = held;
   }
-  if (l.moved.count) replace_moved(g, &l);
+  if (l.moved.count) ir_replace_uses_map_deep(g, &l.moved);
   place_lifted(g, n0, &l);
   ptrmap_free(&l.moved);
 }
