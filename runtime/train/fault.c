@@ -10,11 +10,13 @@
  * parameters after the step equal those before it; with `stop` the run stops there.
  *
  * SHARDRT_FAULT_KILL=STEP[:RANK] kills rank RANK (every rank without it) with SIGKILL once step
- * STEP is logged and its checkpoint, if it has one, started: a lost process or node, at a step
- * that does not depend on how fast the machine is (tests/e2e/restart.sh killed a rank from outside
- * once its log showed the step; a fast machine finished all 20 steps before the kill came). Only
- * in a run that started from step 1: the launcher's restart resumes from a checkpoint, and must
- * not be killed again at the same step.
+ * STEP is logged and every checkpoint started so far is written and committed (every rank waits
+ * for its background writer, then a barrier): a lost process or node at a point that does not
+ * depend on how fast the machine is. (tests/e2e/restart.sh killed a rank from outside once its
+ * log showed the step: a fast machine had finished all 20 steps before the kill came. And a kill
+ * while the last checkpoint was still being written left a slow machine's restart nothing to
+ * resume from, so it started from step 1 and was killed again.) Only in a run that started from
+ * step 1: the launcher's restart resumes from a checkpoint, and must not be killed again.
  * Nothing happens without the variables; a malformed one is an error.
  */
 #include <signal.h>
@@ -102,7 +104,10 @@ void rt_fault_after_step(RtRun *r) {
 
 void rt_fault_after_log(RtRun *r, int64_t s, int64_t first) {
   if (!F.parsed) parse(r);
-  if (!F.kill_step || s != F.kill_step || first != 1 || (F.kill_rank >= 0 && F.kill_rank != r->ctx.rank)) return;
+  if (!F.kill_step || s != F.kill_step || first != 1) return;
+  rt_run_save_wait(r); /* (every rank: rank 0's writer commits a sharded checkpoint once every rank's file is there) */
+  if (r->ctx.world > 1) rt_dist_barrier(&r->ctx);
+  if (F.kill_rank >= 0 && F.kill_rank != r->ctx.rank) return;
   fprintf(stderr, "rank %d: SHARDRT_FAULT_KILL: killed (SIGKILL) after step %lld\n", r->ctx.rank, (long long)s);
   fflush(NULL);
   raise(SIGKILL);
