@@ -44,6 +44,7 @@
  * Limits: a region node inside F's body (a nested repeat) is kept, not recomputed; a
  * REPEAT outside every F/B pair (no backward) is left alone.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -62,6 +63,8 @@ typedef struct {
   PtrMap memo;  /* F-body value -> its value in B's body (a clone, an argument, a direct read) */
   PtrMap recomp; /* B-body ARG value -> the F-body value it will be recomputed as */
   PtrMap *outer; /* value of F's graph -> its reads there (count_uses), kept up to date */
+  Node *Bsrc;    /* B is zb's W loop (passes/pipe_split.c): the B loop that hands it its gradients */
+  PtrMap *bmemo; /* ... and that loop's memo (F-body value -> its value in Bsrc's body) */
 } Rc;
 
 /* ---- repeat signature edits --------------------------------------------------------- */
@@ -268,6 +271,66 @@ static Value *residual(Rc *r, Value *v) {
 }
 
 static Value *materialize(Rc *r, Value *v);
+static Value *clone(Rc *r, Value *v);
+
+/* ---- zb's W loop: what B's recompute made, held from B to W ------------------------------- */
+
+/* Ops W re-runs itself rather than hold their output, when their inputs cost W nothing more
+ * (held already, the loop's arguments, or saved by F anyway): elementwise ops, copies, rope and
+ * norms, a pass over their bytes (a GEMM's, attention's or a collective's output is held). */
+static bool cheap(const Node *d) {
+  if (ir_ops[d->op].flags & F_EW) return true;
+  switch (d->op) {
+  case OP_LAYERNORM:
+  case OP_RMSNORM:
+  case OP_ROPE:
+  case OP_RESHAPE:
+  case OP_TRANSPOSE:
+  case OP_SLICE:
+  case OP_PAD:
+  case OP_CONCAT:
+  case OP_BROADCAST_TO: return true;
+  default: return false;
+  }
+}
+
+/* Whether W has F-body value u without holding anything more: made in W already, F's argument
+ * (the layer's input, a weight), a constant, or a value F stacks for the backward anyway. */
+static bool free_in_w(const Rc *r, const Value *u) {
+  intptr_t got;
+  const Node *d = u->def;
+  if (ptrmap_get((PtrMap *)&r->memo, u, &got) || d->graph != r->fb) return true;
+  if (d->op == OP_ARG || d->op == OP_CONST || d->op == OP_IOTA || d->op == OP_AXIS_INDEX) return true;
+  if (recomputed(r, d)) return false;
+  for (int k = r->F->a.ncarry; k < r->fb->nresults; k++)
+    if (r->fb->results[k] == u) return true;
+  return false;
+}
+
+/* F-body value v, recomputed under the mode, in W's body: B's recompute made it (not an argument of
+ * B's body) and W could not re-run it from what it has for free: B yields it stacked, W reads it (held
+ * from B to W, the memory plan's interval); else W re-runs its node, its inputs the same way. So W
+ * runs no GEMM, attention or collective of the forward again (B has run them), only the cheap ops
+ * between what B holds for it and the layer's input (a norm of it, an activation of a held GEMM output). */
+static Value *from_b(Rc *r, Value *v) {
+  intptr_t got;
+  Node *d = v->def;
+  if (ptrmap_get(r->bmemo, v, &got)) {
+    Value *bv = (Value *)got;
+    bool made = bv->def->graph == r->Bsrc->body && bv->def->op != OP_ARG;
+    bool rerun = cheap(d);
+    for (int j = 0; j < d->nin && rerun; j++) rerun = free_in_w(r, d->in[j]);
+    if (made && !rerun) {
+      Node *W = r->B;
+      Value *o = ir_repeat_add_stacked(r->Bsrc, bv);
+      Node *a = insert_arg(W, W->a.ncarry + W->a.nxs, o, v);
+      add_use(r->outer, o, 1);
+      W->a.nxs++;
+      return a->out[0];
+    }
+  }
+  return clone(r, v);
+}
 
 static Value *clone(Rc *r, Value *v) {
   Node *d = v->def;
@@ -314,8 +377,10 @@ static Value *materialize(Rc *r, Value *v) {
         add_use(r->outer, F->in[i], 1);
       }
     }
-  } else if (d->op == OP_CONST || d->op == OP_IOTA || d->op == OP_AXIS_INDEX || recomputed(r, d)) {
+  } else if (d->op == OP_CONST || d->op == OP_IOTA || d->op == OP_AXIS_INDEX) {
     res = clone(r, v);
+  } else if (recomputed(r, d)) {
+    res = r->bmemo ? from_b(r, v) : clone(r, v);
   } else {
     res = residual(r, v);
   }
@@ -370,8 +435,10 @@ static void cols_of(Rc *r) {
 }
 
 /* Recomputes in B's body what B reads of F that the mode does not keep; drops the rest. */
-static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrMap *outer) {
-  Rc r = {.kind = kind, .cuda = cuda, .F = F, .B = B, .fb = F->body, .bb = B->body, .outer = outer};
+static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrMap *outer, Node *Bsrc, PtrMap *bmemo,
+                           PtrMap *keep) {
+  Rc r = {.kind = kind, .cuda = cuda, .F = F, .B = B, .fb = F->body, .bb = B->body, .outer = outer,
+          .Bsrc = Bsrc, .bmemo = bmemo};
   Graph *bb = B->body;
   int nc = B->a.ncarry, nx0 = B->a.nxs;
   cols_of(&r);
@@ -436,7 +503,8 @@ static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrM
     if (x->def == F && x->idx >= F->a.ncarry && ptrmap_get(outer, x, &nx) && nx == 0) remove_output(F, x->idx);
   }
   ir_remove_dead(F->body);
-  ptrmap_free(&r.memo);
+  if (keep) *keep = r.memo; /* (a zb B loop's, for its W: from_b) */
+  else ptrmap_free(&r.memo);
   ptrmap_free(&r.recomp);
   ptrmap_free(&r.cols);
   ptrmap_free(&r.unary);
@@ -453,10 +521,25 @@ static Node *forward_of(const Node *B) {
   return NULL;
 }
 
+/* zb's W loop (passes/pipe_split.c) paired with forward F: the B loop, of the same forward, whose
+ * stacked outputs (the hand-off) W reads; else NULL. */
+static Node *b_of_w(const Node *W, const Node *F) {
+  if (W->a.ncarry) return NULL;
+  for (int i = 0; i < W->a.nxs; i++) {
+    Node *d = W->in[i]->def;
+    if (d != F && d->op == OP_REPEAT && d->graph == W->graph && d->a.count == W->a.count && d->a.reverse == W->a.reverse &&
+        d->a.ncarry && forward_of(d) == F)
+      return d;
+  }
+  return NULL;
+}
+
 /* Pairs in g, and in the bodies of g's other regions (the accumulation region's micro-step holds
- * the layers' forward and backward loops). */
+ * the layers' forward and backward loops). A zb W loop is recomputed after its B, from what B's
+ * recompute made (from_b): B's memo is kept (memos) until its W has been. */
 static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g) {
   PtrMap outer = {0}; /* the reads of g's values, made at the first pair */
+  PtrMap memos = {0}; /* a B loop -> its memo (PtrMap *), while its W has not been recomputed */
   bool counted = false;
   for (int i = 0; i < g->nnodes; i++) {
     Node *B = g->nodes[i];
@@ -468,8 +551,28 @@ static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g) {
     }
     if (!counted) count_uses(g, &outer);
     counted = true;
-    recompute_pair(kind, cuda, F, B, &outer);
+    Node *Bsrc = b_of_w(B, F);
+    intptr_t got = 0;
+    if (Bsrc && !ptrmap_get(&memos, Bsrc, &got)) die("recompute: a zb W loop before its B loop");
+    PtrMap *bmemo = (PtrMap *)got, *keep = NULL;
+    if (!Bsrc && B->a.ncarry) {
+      keep = calloc(1, sizeof *keep);
+      if (!keep) die("out of memory");
+      ptrmap_put(&memos, B, (intptr_t)keep);
+    }
+    recompute_pair(kind, cuda, F, B, &outer, Bsrc, bmemo, keep);
+    if (bmemo) { /* (one W per B) */
+      ptrmap_free(bmemo);
+      free(bmemo);
+      ptrmap_put(&memos, Bsrc, 0);
+    }
   }
+  for (int k = 0; k < memos.cap; k++)
+    if (memos.slots[k].key && memos.slots[k].val) {
+      ptrmap_free((PtrMap *)memos.slots[k].val);
+      free((PtrMap *)memos.slots[k].val);
+    }
+  ptrmap_free(&memos);
   ptrmap_free(&outer);
 }
 

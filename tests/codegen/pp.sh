@@ -6,7 +6,8 @@
 #   the tiny GPT with 4 layers (tied embedding: its gradient is summed over the first and the
 #   last stage), global batch 8: pp2 1F1B with 4 micro-batches, pp2 GPipe with 2, pp4 1F1B with
 #   4, pp2 x dp2, pp2 x tp2, pp2 interleaved (2 chunks), pp4 zero bubble, pp2 x dp2 with ZeRO-2 and
-#   full recompute, pp2 x dp2 with ZeRO-3 and pp2 x dp2 zero bubble with ZeRO-2 (their scatter waits
+#   full recompute, pp2 zero bubble with full recompute (W takes the GEMMs' inputs B's recompute
+#   made, held from B to W: passes/recompute.c), pp2 x dp2 with ZeRO-3 and pp2 x dp2 zero bubble with ZeRO-2 (their scatter waits
 #   deferred to the next iteration) give the single-rank loss curve over
 #   20 AdamW steps (with the recipe's gradient clipping), and so do pp4 interleaved of the tiny
 #   GPT with 8 layers and pp2 x tp2 of a Llama-shaped model (untied, RoPE, GQA, sp); a checkpoint
@@ -53,6 +54,7 @@ m=(models/tiny.model -D seq=64 -D layers=4 -D batch=8)
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=1 -D pp=2 -D schedule=interleaved --world 2 -o "$t/pp2int" 2>/dev/null
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=1 -D pp=4 -D schedule=zb --world 4 -o "$t/pp4zb" 2>/dev/null
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D pp=2 -D zero=2 -D recompute=full --world 4 -o "$t/pp2dp2z2rc" 2>/dev/null
+"$shardc" build "${m[@]}" -D micro_batch=2 -D dp=1 -D pp=2 -D schedule=zb -D recompute=full --world 2 -o "$t/pp2zbrc" 2>/dev/null
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D pp=2 -D zero=3 --world 4 -o "$t/pp2dp2z3" 2>/dev/null
 # ZeRO-2/3 under pp: the B (zb: W) instructions' backward loops wait their reduce-scatters in the next
 # iteration (passes/zero_defer.c; 2 layers a stage), the last after the loop
@@ -62,7 +64,7 @@ for z in "-D zero=3" "-D zero=2 -D schedule=zb"; do
   dw=$("$shardc" plan "${m[@]}" -D micro_batch=2 -D dp=2 -D pp=2 $z --world 4 2>/dev/null)
   grep -q "deferred waits .* waited in the next iteration" <<<"$dw" || { echo "FAIL: pp2 x dp2 $z: the scatter waits not deferred"; exit 1; }
 done
-for c in pp2:2 pp2gpipe:2 pp4:4 pp2dp2:4 pp2tp2:4 pp2int:2 pp4zb:4 pp2dp2z2rc:4 pp2dp2z3:4 pp2dp2z2zb:4; do
+for c in pp2:2 pp2gpipe:2 pp4:4 pp2dp2:4 pp2tp2:4 pp2int:2 pp4zb:4 pp2dp2z2rc:4 pp2zbrc:2 pp2dp2z3:4 pp2dp2z2zb:4; do
   n=${c%%:*}
   "${mpi[@]}" -np "${c#*:}" "$t/$n" "${run[@]}" --log "$t/$n.jsonl" >/dev/null
   compare "tiny $n" "$t/$n.jsonl" "$t/one.jsonl"

@@ -165,6 +165,24 @@ static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, cons
     fprintf(stderr, "FAIL %s: %d weight-gradient loops, want %d\n", what, wloops, zb ? pp * (int)M : 0);
     failures++;
   }
+  /* zb: W runs the weight-gradient GEMMs (x^T dy) and no forward again: under recompute it takes
+   * the GEMMs' inputs B's recompute made (held from B to W, passes/recompute.c's from_b), where it
+   * recomputed the layer's forward (its GEMMs and attention) a second time before */
+  int fwd = 0, wgemm = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *w = g->nodes[i];
+    if (w->op != OP_REPEAT || w->a.ncarry != 0) continue;
+    for (int k = 0; k < w->body->nnodes; k++) {
+      const Node *n = w->body->nodes[k];
+      fwd += n->op == OP_SDPA || (n->op == OP_MATMUL && !n->a.ta);
+      wgemm += n->op == OP_MATMUL && n->a.ta;
+    }
+  }
+  if (fwd || (zb && !wgemm)) {
+    fprintf(stderr, "FAIL %s: the W loops run %d forward GEMMs or attentions (want 0) and %d weight-gradient GEMMs\n", what,
+            fwd, wgemm);
+    failures++;
+  }
   free(sends);
   free(recvs);
 }
