@@ -36,6 +36,24 @@ typedef struct PpSplit {
   struct PpSplit *next;
 } PpSplit;
 
+/* zb under recompute: what B's recompute made that W reads, held from B to W (passes/recompute.c, from_b),
+ * in hidden states per token and layer: full, the inputs of the weight-gradient GEMMs W does not re-run
+ * from the layer's input (the first norm it does): attention's output and the second norm's, and what
+ * makes the MLP's last GEMM's input (gated: the activated gate and the up projection, 2 x ffn; else the
+ * first GEMM's output, ffn; ffn from the layer's last matrix, read after attention); selective:
+ * attention's output (its other GEMM inputs F keeps). Compiled, pp 2 x 2 layers: tiny 6 (d 64, ffn 256),
+ * the Llama-shaped 2 + 2 x 1.5 (d 64, ffn 96), as these give. */
+static double zb_held_units(const PlanModel *pm, RecomputeKind r) {
+  if (r == RECOMPUTE_SELECTIVE) return 1;
+  if (r != RECOMPUTE_FULL) return 0;
+  int late = 0;
+  double last = 0;
+  for (int i = 0; i < pm->nlt; i++)
+    if (pm->lt[i].mat && !pm->lt[i].early) late++, last = pm->lt[i].numel;
+  if (late < 2 || pm->d <= 0) return 6; /* (not found: a GPT's 2 + 4) */
+  return 2 + (late - 2) * last / (pm->d * pm->d);
+}
+
 void plan_model_free(PlanModel *pm) {
   pp_profiles_free(pm);
   if (pm->splits)
@@ -558,8 +576,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double H = pm->vocab / tp * d * cb;         /* the head's (embedding's) gradient of one */
     /* zb: what B keeps for W besides the activations, the layers' output gradients (~25 hidden
      * states per token and layer, split like the activations: GPT-3 at pp 16, 1.56 x recompute
-     * none's 16) */
-    double S = unit * (c->sp || tp == 1 ? 25 / tp : 25 / tp + 4 * (1 - 1 / tp)) * lst * ulay;
+     * none's 16), and under recompute the GEMM inputs B's recompute made (zb_held_units) */
+    double su = 25 + zb_held_units(pm, c->rec); /* (and what B's recompute made for W) */
+    double S = unit * (c->sp || tp == 1 ? su / tp : su / tp + 4 * (1 - 1 / tp)) * lst * ulay;
     A *= ulay;
     /* uneven stages without chunks: each stage's loads in flight priced with its own layers (spread over
      * every stage, the most loaded one's layers put the first stage's 16 micro-batches in flight at 8
