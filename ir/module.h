@@ -242,6 +242,12 @@ typedef struct {
     int64_t bytes;
     const char *why;
   } defer;
+  /* passes/recompute.c under schedule zb: what a W loop takes from its B's recompute (from_b), held from B
+   * to W: the values a layer and their bytes for one micro-batch (the largest W's); 0: none held */
+  struct {
+    int values;
+    int64_t bytes;
+  } zbw;
   const char *cost_profile; /* `--profile FILE`: the device figures the passes' cost model reads (NULL: the
                                topology's, passes/cost.c's cost_device_defaults) */
 } Module;

@@ -65,6 +65,8 @@ typedef struct {
   PtrMap *outer; /* value of F's graph -> its reads there (count_uses), kept up to date */
   Node *Bsrc;    /* B is zb's W loop (passes/pipe_split.c): the B loop that hands it its gradients */
   PtrMap *bmemo; /* ... and that loop's memo (F-body value -> its value in Bsrc's body) */
+  int held;      /* ... the values W takes from Bsrc, held from B to W */
+  int64_t held_bytes; /* ... their bytes, all the loop's layers */
 } Rc;
 
 /* ---- repeat signature edits --------------------------------------------------------- */
@@ -325,6 +327,8 @@ static Value *from_b(Rc *r, Value *v) {
       Value *o = ir_repeat_add_stacked(r->Bsrc, bv);
       Node *a = insert_arg(W, W->a.ncarry + W->a.nxs, o, v);
       add_use(r->outer, o, 1);
+      r->held++;
+      r->held_bytes += ir_numel(&o->shape) * (int64_t)ir_dtype_size(o->dtype);
       W->a.nxs++;
       return a->out[0];
     }
@@ -436,7 +440,7 @@ static void cols_of(Rc *r) {
 
 /* Recomputes in B's body what B reads of F that the mode does not keep; drops the rest. */
 static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrMap *outer, Node *Bsrc, PtrMap *bmemo,
-                           PtrMap *keep) {
+                           PtrMap *keep, Module *m) {
   Rc r = {.kind = kind, .cuda = cuda, .F = F, .B = B, .fb = F->body, .bb = B->body, .outer = outer,
           .Bsrc = Bsrc, .bmemo = bmemo};
   Graph *bb = B->body;
@@ -505,6 +509,7 @@ static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrM
   ir_remove_dead(F->body);
   if (keep) *keep = r.memo; /* (a zb B loop's, for its W: from_b) */
   else ptrmap_free(&r.memo);
+  if (r.held_bytes > m->zbw.bytes) m->zbw.bytes = r.held_bytes, m->zbw.values = r.held;
   ptrmap_free(&r.recomp);
   ptrmap_free(&r.cols);
   ptrmap_free(&r.unary);
@@ -537,7 +542,7 @@ static Node *b_of_w(const Node *W, const Node *F) {
 /* Pairs in g, and in the bodies of g's other regions (the accumulation region's micro-step holds
  * the layers' forward and backward loops). A zb W loop is recomputed after its B, from what B's
  * recompute made (from_b): B's memo is kept (memos) until its W has been. */
-static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g) {
+static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g, Module *m) {
   PtrMap outer = {0}; /* the reads of g's values, made at the first pair */
   PtrMap memos = {0}; /* a B loop -> its memo (PtrMap *), while its W has not been recomputed */
   bool counted = false;
@@ -546,7 +551,7 @@ static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g) {
     if (B->op != OP_REPEAT) continue;
     Node *F = forward_of(B);
     if (!F) {
-      recompute_graph(kind, cuda, B->body);
+      recompute_graph(kind, cuda, B->body, m);
       continue;
     }
     if (!counted) count_uses(g, &outer);
@@ -560,7 +565,7 @@ static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g) {
       if (!keep) die("out of memory");
       ptrmap_put(&memos, B, (intptr_t)keep);
     }
-    recompute_pair(kind, cuda, F, B, &outer, Bsrc, bmemo, keep);
+    recompute_pair(kind, cuda, F, B, &outer, Bsrc, bmemo, keep, m);
     if (bmemo) { /* (one W per B) */
       ptrmap_free(bmemo);
       free(bmemo);
@@ -578,6 +583,8 @@ static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g) {
 
 bool pass_recompute(Module *m) {
   /* none: the column slices only (and fused_unary's, on the CUDA target) */
-  recompute_graph(m->plan.recompute, m->target == TARGET_CUDA && fuse_on(m, FUSE_SWIGLU), m->graph);
+  m->zbw.values = 0;
+  m->zbw.bytes = 0;
+  recompute_graph(m->plan.recompute, m->target == TARGET_CUDA && fuse_on(m, FUSE_SWIGLU), m->graph, m);
   return true;
 }
