@@ -17,6 +17,7 @@
 
 static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
 static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
+static void zbw_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
 
 /* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
  * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.wcopy_fit_*,
@@ -32,12 +33,43 @@ typedef struct {
   int64_t defer_fit_total;
   double defer_fit_cap;
   bool as_is;
+  int64_t zbw_fit_total; /* Plan.zbw_fit_*: the plan with zb's W holding B's recomputed values (zbw_memory) */
+  double zbw_fit_cap;
 } PlanInputs;
 
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io);
+static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag, const PlanInputs *in);
+
+/* `zb_w auto` (passes/recompute.c): zb's W under recompute holds the GEMM inputs B's recompute made where
+ * the plan with the hold fits the device, else it recomputes them from the forward's saved values. The plan
+ * is compiled with the hold (and the other auto choices taken: the most memory) and its planned total per
+ * rank and the device's memory go to the pass in Plan.zbw_fit_*; where the hold does not fit, zb's list
+ * times are measured again without it (its W is longer). Nothing where no W holds anything, without a
+ * device memory, or when the compile fails (the caller's own compile reports why). */
+static void zbw_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+  Plan *p = &m->plan;
+  if (p->zb_w != ZBW_AUTO || p->schedule != SCHED_ZB || p->recompute == RECOMPUTE_NONE || p->zbw_fit_total ||
+      memplan_capacity(m, NULL, 0) <= 0)
+    return;
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return;
+  PlanInputs in = {p->sched_times, p->stage_fixed, p->stage_cap, 0, 0, 0, 0, true, 0, 0};
+  Module *m0 = compile_as(r, a, kv, n, null, &in);
+  fclose(null);
+  double total = 0, cap = 0;
+  if (!m0 || !m0->memplan || !m0->zbw.held || m0->zbw.bytes <= 0) return;
+  bool fits = fit_plan_fits(m0, &total, &cap);
+  if (cap <= 0) return;
+  p->zbw_fit_total = (int64_t)total, p->zbw_fit_cap = cap;
+  if (!fits && p->sched_times) { /* W recomputes: its times again */
+    p->sched_times = NULL;
+    p->sched_times = zb_times(r, a, kv, n, m);
+  }
+}
 
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   m->plan.sched_times = zb_times(r, a, kv, n, m);
+  zbw_memory(r, a, kv, n, m);
   stage_memory(r, a, kv, n, m);
   replan_auto_memory(r, a, kv, n, m);
 }
@@ -78,8 +110,11 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       m->plan.wcopy_fit_cap = in->wcopy_fit_cap;
       m->plan.defer_fit_total = in->defer_fit_total;
       m->plan.defer_fit_cap = in->defer_fit_cap;
+      m->plan.zbw_fit_total = in->zbw_fit_total;
+      m->plan.zbw_fit_cap = in->zbw_fit_cap;
     } else { /* their own quiet compiles, outside this one's diag (the copies' fit: below, from this one) */
       m->plan.sched_times = zb_times(r, a, kv, n, m);
+      zbw_memory(r, a, kv, n, m);
       stage_memory(r, a, kv, n, m);
     }
     diag_enter(&quiet);
@@ -95,7 +130,8 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
   if (ok && !in && ((m->plan.weight_copy == WCOPY_AUTO && m->wcopy.persistent) ||
                     (m->plan.defer_waits == DEFER_AUTO && m->defer.taken)) &&
       !fit_plan_fits(m, &total, &cap) && cap > 0) {
-    PlanInputs again = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, 0, 0, 0, 0, false};
+    PlanInputs again = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, 0, 0, 0, 0, false,
+                        m->plan.zbw_fit_total, m->plan.zbw_fit_cap};
     auto_memory(r, a, kv, n, m, m, &again);
     return compile_as(r, a, kv, n, diag, &again);
   }
@@ -146,7 +182,7 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
   if (!open_c && !open_d) return;
   enum { MAXKV = 64 };
   if (n + 1 > MAXKV) return;
-  PlanInputs as_is = {io->sched_times, io->stage_fixed, io->stage_cap, 0, 0, 0, 0, true};
+  PlanInputs as_is = {io->sched_times, io->stage_fixed, io->stage_cap, 0, 0, 0, 0, true, io->zbw_fit_total, io->zbw_fit_cap};
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;
   Module *m0 = first ? first : compile_as(r, a, kv, n, null, &as_is); /* auto without the figures: both */
@@ -223,7 +259,8 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
   int pp = m->mesh->dim[RT_AX_PP];
   int64_t M = m->batch.accum, lo = m->plan.stage_balanced ? (M < pp ? M : pp) : 1, hi = lo < M ? lo + 1 : lo;
   if (n + 2 > MAXKV || pp > MAXPP) return NULL;
-  static const PlanInputs equal = {0};
+  PlanInputs equal = {0}; /* (zb_w auto: as zbw_memory decided) */
+  equal.zbw_fit_total = m->plan.zbw_fit_total, equal.zbw_fit_cap = m->plan.zbw_fit_cap;
   double sum[2][3 * MAXPP];
   int cnt[2][3 * MAXPP];
   for (int j = 0; j < (hi > lo ? 2 : 1); j++) {
@@ -261,7 +298,7 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
     return;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;
-  PlanInputs in = {m->plan.sched_times, NULL, 0, 0, 0, 0, 0, false};
+  PlanInputs in = {m->plan.sched_times, NULL, 0, 0, 0, 0, 0, false, m->plan.zbw_fit_total, m->plan.zbw_fit_cap};
   Module *m0 = compile_as(r, a, kv, n, null, &in);
   fclose(null);
   double cap = m0 ? memplan_capacity(m0, NULL, 0) : 0;
@@ -275,7 +312,7 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
 void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   Plan *p = &m->plan;
   if (p->wcopy_fit_total || p->defer_fit_total || memplan_capacity(m, NULL, 0) <= 0) return;
-  PlanInputs io = {p->sched_times, p->stage_fixed, p->stage_cap, 0, 0, 0, 0, false};
+  PlanInputs io = {p->sched_times, p->stage_fixed, p->stage_cap, 0, 0, 0, 0, false, p->zbw_fit_total, p->zbw_fit_cap};
   auto_memory(r, a, kv, n, m, NULL, &io);
   p->wcopy_fit_total = io.wcopy_fit_total, p->wcopy_fit_cap = io.wcopy_fit_cap;
   p->defer_fit_total = io.defer_fit_total, p->defer_fit_cap = io.defer_fit_cap;

@@ -123,7 +123,7 @@ void fe_topology(Fe *fe, const Decl *d) {
 /* ---- parallel plan ------------------------------------------------------------------ */
 static const char *const plan_keys[] = {"tp", "pp", "cp", "dp", "sp", "zero", "offload", "microbatches", "schedule",
                                         "interleave", "recompute", "bucket", "cross_node_tp", "cp_mode",
-                                        "weight_copy", "pp_layers", "coalesce", "defer_waits", NULL};
+                                        "weight_copy", "pp_layers", "coalesce", "defer_waits", "zb_w", NULL};
 
 /* Named numeric arguments of a settings call, e.g. adamw(lr: 6e-4, betas: (0.9, 0.95)). */
 static bool expr_num(const Expr *e, double *out) {
@@ -296,6 +296,9 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
   } else if (strcmp(key, "defer_waits") == 0) { /* passes/zero_defer.c */
     int i = sw_get_choice(c, key, ir_defer_waits_names, 3);
     if (i >= 0) p->defer_waits = i;
+  } else if (strcmp(key, "zb_w") == 0) { /* passes/recompute.c */
+    int i = sw_get_choice(c, key, ir_zb_w_names, 3);
+    if (i >= 0) p->zb_w = i;
   } else if (strcmp(key, "cp_mode") == 0) {
     int i = sw_get_choice(c, key, ir_cp_mode_names, 2);
     if (i >= 0) p->cp_mode = (CpMode)i;

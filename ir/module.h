@@ -67,6 +67,7 @@ typedef enum {
   PLAN_OPT_WEIGHT_COPY,  /* `weight_copy auto | persistent | per_layer`: the bf16 copy of the weights */
   PLAN_OPT_COALESCE,     /* `coalesce auto | on | off`: ZeRO-3's gathers, ZeRO-2/3's scatters joined (passes/zero_coalesce.c) */
   PLAN_OPT_DEFER_WAITS,  /* `defer_waits auto | on | off`: ZeRO-2/3's scatter waits deferred (passes/zero_defer.c) */
+  PLAN_OPT_ZB_W,         /* `zb_w auto | hold | recompute`: zb's W under recompute (passes/recompute.c) */
   PLAN_OPT_COUNT
 } PlanOpt;
 
@@ -103,6 +104,14 @@ typedef struct {
   enum { DEFER_AUTO, DEFER_ON, DEFER_OFF } defer_waits;
   int64_t defer_fit_total;
   double defer_fit_cap;
+  /* `zb_w auto | hold | recompute`: under schedule zb and recompute, whether W takes the weight-gradient
+   * GEMMs' inputs B's recompute made, held from B to W, or recomputes them from the forward's saved values
+   * (passes/recompute.c). auto: hold where the plan with the hold fits the device, as the driver measured
+   * it (replan.c, zbw_memory): the planned total per rank with the hold and the device's memory (0: not
+   * measured) */
+  enum { ZBW_AUTO, ZBW_HOLD, ZBW_RECOMPUTE } zb_w;
+  int64_t zbw_fit_total;
+  double zbw_fit_cap;
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
    * them; with `schedule interleaved(v: V)` pp counts, each stage's, or pp x V, each virtual stage's);
    * nstage_layers 0: none written, every stage gets L / pp */
@@ -247,6 +256,8 @@ typedef struct {
   struct {
     int values;
     int64_t bytes;
+    bool held;       /* W holds (else recomputes: zb_w recompute, or auto where the hold did not fit) */
+    const char *why; /* the decision, for the memory report (NULL: no zb W loop under recompute) */
   } zbw;
   const char *cost_profile; /* `--profile FILE`: the device figures the passes' cost model reads (NULL: the
                                topology's, passes/cost.c's cost_device_defaults) */

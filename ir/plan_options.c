@@ -26,12 +26,14 @@ static const OptRow rows[PLAN_OPT_COUNT] = {
     [PLAN_OPT_WEIGHT_COPY] = {"weight_copy", true, "the weights' bf16 copy chosen by hand", "weight_copy auto"},
     [PLAN_OPT_COALESCE] = {"coalesce", true, "ZeRO-2/3's collectives coalesced by hand", "coalesce auto"},
     [PLAN_OPT_DEFER_WAITS] = {"defer_waits", true, "ZeRO-2/3's scatter waits deferred by hand", "defer_waits auto"},
+    [PLAN_OPT_ZB_W] = {"zb_w", true, "zb's W under recompute chosen by hand", "zb_w auto"},
 };
 
 const char *const ir_cp_mode_names[2] = {"ring", "all2all"};
 const char *const ir_weight_copy_names[3] = {"auto", "persistent", "per_layer"};
 const char *const ir_coalesce_names[3] = {"auto", "on", "off"}; /* Plan.coalesce's order */
 const char *const ir_defer_waits_names[3] = {"auto", "on", "off"}; /* Plan.defer_waits's order */
+const char *const ir_zb_w_names[3] = {"auto", "hold", "recompute"}; /* Plan.zb_w's order */
 
 PlanOpt ir_plan_opt_of_key(const char *key) {
   if (strcmp(key, "interleave") == 0) return PLAN_OPT_SCHEDULE;
@@ -55,6 +57,7 @@ bool ir_plan_opt_is_set(const Plan *p, PlanOpt o) {
   case PLAN_OPT_WEIGHT_COPY: return p->weight_copy != WCOPY_AUTO;
   case PLAN_OPT_COALESCE: return p->coalesce != COALESCE_AUTO;
   case PLAN_OPT_DEFER_WAITS: return p->defer_waits != DEFER_AUTO;
+  case PLAN_OPT_ZB_W: return p->zb_w != ZBW_AUTO;
   case PLAN_OPT_COUNT: break;
   }
   die("plan option %d", (int)o);
@@ -78,6 +81,7 @@ void ir_plan_opt_format(const Plan *p, PlanOpt o, char *buf, size_t cap) {
   case PLAN_OPT_WEIGHT_COPY: snprintf(buf, cap, "weight_copy %s", ir_weight_copy_names[p->weight_copy]); return;
   case PLAN_OPT_COALESCE: snprintf(buf, cap, "coalesce %s", ir_coalesce_names[p->coalesce]); return;
   case PLAN_OPT_DEFER_WAITS: snprintf(buf, cap, "defer_waits %s", ir_defer_waits_names[p->defer_waits]); return;
+  case PLAN_OPT_ZB_W: snprintf(buf, cap, "zb_w %s", ir_zb_w_names[p->zb_w]); return;
   case PLAN_OPT_COUNT: break;
   }
   die("plan option %d", (int)o);

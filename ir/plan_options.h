@@ -31,6 +31,7 @@ extern const char *const ir_cp_mode_names[2];
 extern const char *const ir_weight_copy_names[3];
 extern const char *const ir_coalesce_names[3];    /* `coalesce`'s words, Plan.coalesce's order */
 extern const char *const ir_defer_waits_names[3]; /* `defer_waits`'s words, Plan.defer_waits's order */
+extern const char *const ir_zb_w_names[3];        /* `zb_w`'s words, Plan.zb_w's order */
 
 /* Reports an error at each option the plan asks for that the compiler does not apply, with what
  * to write instead. Returns false when it reported one. */

@@ -478,6 +478,7 @@ void ir_print_module_header(FILE *f, const Module *m) {
     if (p->weight_copy != WCOPY_AUTO) fprintf(f, " weight_copy %s", ir_weight_copy_names[p->weight_copy]); /* (auto: not) */
     if (p->coalesce != COALESCE_AUTO) fprintf(f, " coalesce %s", ir_coalesce_names[p->coalesce]);            /* (auto: not) */
     if (p->defer_waits != DEFER_AUTO) fprintf(f, " defer_waits %s", ir_defer_waits_names[p->defer_waits]);  /* (auto: not) */
+    if (p->zb_w != ZBW_AUTO) fprintf(f, " zb_w %s", ir_zb_w_names[p->zb_w]);                                /* (auto: not) */
     fprintf(f, "\n");
   }
   if (m->has_recipe) {

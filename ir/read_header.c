@@ -83,7 +83,7 @@ static bool parse_topology(Reader *r) {
 static bool parse_plan(Reader *r) {
   static const char *const keys[] = {"dp", "tp", "pp", "cp", "sp", "zero", "offload", "microbatches",
                                      "schedule", "recompute", "bucket_bytes", "cross_node_tp", "cp_mode",
-                                     "weight_copy", "coalesce", "defer_waits"};
+                                     "weight_copy", "coalesce", "defer_waits", "zb_w"};
   static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb"};
   static const char *const recs[] = {"none", "full", "selective"};
   Plan *p = &r->m->plan;
@@ -92,7 +92,7 @@ static bool parse_plan(Reader *r) {
     int k, v;
     rd_ws(r);
     const char *at = r->p;
-    if (!rd_choice(r, &k, keys, 16, "a plan field")) return false;
+    if (!rd_choice(r, &k, keys, 17, "a plan field")) return false;
     PlanOpt opt = ir_plan_opt_of_key(keys[k]);
     if (opt < PLAN_OPT_COUNT) p->opt_loc[opt] = rd_loc(r, at); /* refused below unless applied */
     bool ok = true;
@@ -159,6 +159,10 @@ static bool parse_plan(Reader *r) {
     case 15:
       ok = rd_choice(r, &v, ir_defer_waits_names, 3, "auto, on or off");
       p->defer_waits = v;
+      break;
+    case 16:
+      ok = rd_choice(r, &v, ir_zb_w_names, 3, "auto, hold or recompute");
+      p->zb_w = v;
       break;
     }
     if (!ok) return false;

@@ -112,6 +112,14 @@ static bool knob_defer(const Module *m, int arg, char kv[KNOB_KV][KV_LEN], int *
   return true;
 }
 
+static bool knob_zbw(const Module *m, int arg, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
+  (void)arg;
+  if (!m->zbw.held || m->zbw.bytes <= 0) return false;
+  snprintf(kv[(*n)++], KV_LEN, "zb_w=recompute");
+  snprintf(label, cap, "-D zb_w=recompute");
+  return true;
+}
+
 /* The knobs, in the order they are offered: add a row when a pass gives the plan a new way down. */
 static const Knob knobs[] = {
     {knob_zero, 1, PLAN_OPT_ZERO},          {knob_zero, 2, PLAN_OPT_ZERO},
@@ -122,6 +130,7 @@ static const Knob knobs[] = {
     {knob_tp, 8, PLAN_OPT_COUNT},           {knob_pp, 2, PLAN_OPT_PP},
     {knob_pp, 4, PLAN_OPT_PP},              {knob_micro, 2, PLAN_OPT_COUNT},
     {knob_micro, 4, PLAN_OPT_COUNT},        {knob_defer, 0, PLAN_OPT_DEFER_WAITS},
+    {knob_zbw, 0, PLAN_OPT_ZB_W},
 };
 
 static void mib(char *buf, size_t cap, double bytes) {

@@ -53,10 +53,14 @@ void memplan_print(FILE *f, const Module *m) {
     fprintf(f, "#   %-16s %16lld B %12.2f MiB  saved: the f32 master weights stored split over the ZeRO group, the bf16 "
             "copies gathered (in parameters: 4 B x P / group)\n", "f32 masters", (long long)m->wcopy.master_saved,
             (double)m->wcopy.master_saved / (1 << 20));
-  if (m->zbw.bytes > 0) /* passes/recompute.c under zb (from_b) */
-    fprintf(f, "#   %-16s %16lld B %12.2f MiB  a micro-batch's, in activations: zb's W takes the weight-gradient GEMMs' "
-            "inputs B's recompute made (%d values of each layer), held from B to W, and runs no forward again\n",
-            "zb W inputs", (long long)m->zbw.bytes, (double)m->zbw.bytes / (1 << 20), m->zbw.values);
+  if (m->zbw.why) /* passes/recompute.c's decision under zb (from_b) */
+    fprintf(f, "#   %-16s %16lld B %12.2f MiB  %s: %s\n", "zb W inputs", (long long)m->zbw.bytes,
+            (double)m->zbw.bytes / (1 << 20),
+            m->zbw.held ? "a micro-batch's (in activations): W takes the weight-gradient GEMMs' inputs B's recompute "
+                          "made, held from B to W, and runs no forward again"
+                        : "none held: W recomputes its weight-gradient GEMMs' inputs from the forward's saved values "
+                          "(the forward's GEMMs and attention again)",
+            m->zbw.why);
   if (m->defer.why) /* passes/zero_defer.c's decision */
     fprintf(f, "#   %-16s %16lld B %12.2f MiB  %s: %s\n", "deferred waits", (long long)m->defer.bytes,
             (double)m->defer.bytes / (1 << 20),

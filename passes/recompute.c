@@ -49,6 +49,7 @@
 
 #include "diag.h"
 #include "passes.h"
+#include "plan_options.h"
 #include "ptrmap.h"
 
 typedef struct {
@@ -509,7 +510,7 @@ static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrM
   ir_remove_dead(F->body);
   if (keep) *keep = r.memo; /* (a zb B loop's, for its W: from_b) */
   else ptrmap_free(&r.memo);
-  if (r.held_bytes > m->zbw.bytes) m->zbw.bytes = r.held_bytes, m->zbw.values = r.held;
+  if (r.held_bytes > m->zbw.bytes) m->zbw.bytes = r.held_bytes, m->zbw.values = r.held; /* (the largest W's) */
   ptrmap_free(&r.recomp);
   ptrmap_free(&r.cols);
   ptrmap_free(&r.unary);
@@ -542,7 +543,8 @@ static Node *b_of_w(const Node *W, const Node *F) {
 /* Pairs in g, and in the bodies of g's other regions (the accumulation region's micro-step holds
  * the layers' forward and backward loops). A zb W loop is recomputed after its B, from what B's
  * recompute made (from_b): B's memo is kept (memos) until its W has been. */
-static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g, Module *m) {
+static int recompute_graph(RecomputeKind kind, bool cuda, Graph *g, Module *m) {
+  int nw = 0; /* zb's W loops met */
   PtrMap outer = {0}; /* the reads of g's values, made at the first pair */
   PtrMap memos = {0}; /* a B loop -> its memo (PtrMap *), while its W has not been recomputed */
   bool counted = false;
@@ -551,16 +553,18 @@ static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g, Module *m) 
     if (B->op != OP_REPEAT) continue;
     Node *F = forward_of(B);
     if (!F) {
-      recompute_graph(kind, cuda, B->body, m);
+      nw += recompute_graph(kind, cuda, B->body, m);
       continue;
     }
     if (!counted) count_uses(g, &outer);
     counted = true;
     Node *Bsrc = b_of_w(B, F);
     intptr_t got = 0;
-    if (Bsrc && !ptrmap_get(&memos, Bsrc, &got)) die("recompute: a zb W loop before its B loop");
+    bool hold = m->zbw.held;
+    if (Bsrc) nw++;
+    if (Bsrc && hold && !ptrmap_get(&memos, Bsrc, &got)) die("recompute: a zb W loop before its B loop");
     PtrMap *bmemo = (PtrMap *)got, *keep = NULL;
-    if (!Bsrc && B->a.ncarry) {
+    if (hold && !Bsrc && B->a.ncarry) {
       keep = calloc(1, sizeof *keep);
       if (!keep) die("out of memory");
       ptrmap_put(&memos, B, (intptr_t)keep);
@@ -579,12 +583,38 @@ static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g, Module *m) 
     }
   ptrmap_free(&memos);
   ptrmap_free(&outer);
+  return nw;
 }
 
 bool pass_recompute(Module *m) {
   /* none: the column slices only (and fused_unary's, on the CUDA target) */
-  m->zbw.values = 0;
-  m->zbw.bytes = 0;
-  recompute_graph(m->plan.recompute, m->target == TARGET_CUDA && fuse_on(m, FUSE_SWIGLU), m->graph, m);
+  const Plan *p = &m->plan;
+  memset(&m->zbw, 0, sizeof m->zbw);
+  /* zb's W under recompute (from_b): held where `zb_w hold`, or auto where the plan with the hold fits the
+   * device as the driver measured it (replan.c, zbw_memory), else recomputed from the forward's saved values */
+  bool unfit = p->zbw_fit_total > 0 && p->zbw_fit_cap > 0 && (double)p->zbw_fit_total > p->zbw_fit_cap;
+  m->zbw.held = p->zb_w == ZBW_HOLD || (p->zb_w == ZBW_AUTO && !unfit);
+  int nw = recompute_graph(p->recompute, m->target == TARGET_CUDA && fuse_on(m, FUSE_SWIGLU), m->graph, m);
+  if (!nw || p->recompute == RECOMPUTE_NONE) {
+    if (p->zb_w != ZBW_AUTO) { /* written, and no W recomputes anything: refused, not ignored */
+      error_at(p->opt_loc[PLAN_OPT_ZB_W],
+               "`zb_w %s`: it chooses whether the zero-bubble schedule's W loops hold what B's recompute made or "
+               "recompute it; this plan has %s", ir_zb_w_names[p->zb_w],
+               nw ? "no recompute (W reads the forward's saved values)" : "no zero-bubble schedule (`schedule zb`)");
+      note("leave `zb_w` out (auto) to let shardc choose");
+      return false;
+    }
+    memset(&m->zbw, 0, sizeof m->zbw);
+    return true;
+  }
+  double mib = 1 << 20;
+  if (p->zb_w != ZBW_AUTO) m->zbw.why = p->zb_w == ZBW_HOLD ? "zb_w hold (the plan)" : "zb_w recompute (the plan)";
+  else if (unfit)
+    m->zbw.why = arena_printf(m->arena, "the plan with the hold needs %.1f MiB per rank, over the device's %.1f MiB",
+                              (double)p->zbw_fit_total / mib, p->zbw_fit_cap / mib);
+  else if (p->zbw_fit_total > 0)
+    m->zbw.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with the hold, of the device's %.1f MiB",
+                              (double)p->zbw_fit_total / mib, p->zbw_fit_cap / mib);
+  else m->zbw.why = "auto (no device memory to check it against)";
   return true;
 }

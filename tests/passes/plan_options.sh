@@ -124,6 +124,25 @@ expect_stdout=1 expect 0 "deferred waits             199936 B         0.19 MiB  
 sed 's/^  dp auto$/  dp auto\n  zero 1\n  defer_waits on/' models/tiny.model >"$tmp/dw.model"
 expect 1 "$tmp/dw.model:25:3: error: \`defer_waits on\`: $dwhat no ZeRO-2/3" "   25 |   defer_waits on" "      |   ^" -- plan "$tmp/dw.model" --world 2
 expect 1 "error: \`defer_waits\` needs one of auto, on or off, got \`always\`" -- plan models/tiny.model --world 2 -D zero=2 -D defer_waits=always
+# zb_w (passes/recompute.c, replan.c's zbw_memory): tiny 8 layers pp 4 x 8 zb under full recompute, W holding the
+# GEMM inputs B's recompute made: 196,608 B a micro-batch, 4.4 MiB per rank planned, 3.7 MiB with W recomputing them.
+# On a 4 MiB device `auto` recomputes, says why, and fits; `hold` there does not fit (the fit check offers
+# -D zb_w=recompute); on 8 GiB auto holds and says it fits. Written where no W recomputes (recompute none, no zb):
+# an error at the option; a bad word is refused.
+sed 's/memory 8 GiB/memory 4 MiB/; s/topology cpu/topology cpu_4m/' models/topo/cpu.topo >"$tmp/m4.topo"
+zb=(plan models/tiny.model -D layers=8 -D micro_batch=1 -D batch=8 -D dp=1 -D pp=4 -D schedule=zb -D recompute=full --world 4)
+zh="W takes the weight-gradient GEMMs' inputs B's recompute made, held from B to W, and runs no forward again"
+expect_stdout=1 expect 0 "zb W inputs                     0 B         0.00 MiB  none held: W recomputes its weight-gradient GEMMs' inputs from the forward's saved values (the forward's GEMMs and attention again): the plan with the hold needs 4.4 MiB per rank, over the device's 4.0 MiB" \
+  "4.00 MiB  cpu memory: fits" -- "${zb[@]}" --topology "$tmp/m4.topo"
+expect_stdout=1 expect 1 "zb W inputs                196608 B         0.19 MiB  a micro-batch's (in activations): $zh: zb_w hold (the plan)" \
+  "error: the plan does not fit: 4.4 MiB per rank, over the cpu memory of 4.0 MiB" "note:   -D zb_w=recompute: 3.7 MiB per rank, fits" -- "${zb[@]}" -D zb_w=hold --topology "$tmp/m4.topo"
+expect_stdout=1 expect 0 "zb W inputs                196608 B         0.19 MiB  a micro-batch's (in activations): $zh: it fits: 4.4 MiB per rank planned with the hold, of the device's 8192.0 MiB" \
+  -- "${zb[@]}"
+zwhat="it chooses whether the zero-bubble schedule's W loops hold what B's recompute made or recompute it; this plan has"
+expect 1 "error: \`zb_w hold\`: $zwhat no recompute (W reads the forward's saved values)" "note: leave \`zb_w\` out (auto) to let shardc choose" \
+  -- "${zb[@]}" -D recompute=none -D zb_w=hold
+expect 1 "error: \`zb_w recompute\`: $zwhat no zero-bubble schedule (\`schedule zb\`)" -- "${zb[@]}" -D schedule=1f1b -D zb_w=recompute
+expect 1 "error: \`zb_w\` needs one of auto, hold or recompute, got \`always\`" -- "${zb[@]}" -D zb_w=always
 # The two memory-dependent auto choices made together (replan.c, auto_memory): tiny zero 2 over dp 2 under bf16 on
 # the CUDA target, its persistent bf16 copies and deferred waits: 4,105,792 B per rank with both, 3,905,856 with the
 # copies alone (7.72 ms a step by the cost model), 4,138,816 with the deferred waits alone (7.91 ms), 3,938,880 with
