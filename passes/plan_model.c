@@ -334,9 +334,10 @@ static int dp_link(const PlanCand *c, const CostDevice *dev, int dpn, double *bw
 /* defer: whether the backward loops' scatter waits are deferred (zero_defers_scatters and zero_defer_taken,
  * plan_model_estimate's decision): their f32 inputs held through the body, the stall of the deferred waits. */
 static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
-                     bool defer, PlanEstimate *e) {
+                     bool defer, bool hold, PlanEstimate *e) {
   memset(e, 0, sizeof *e);
   e->defer = defer;
+  e->zbw_hold = hold;
   int r = (int)c->rec;
   int dpn = base->mesh && base->mesh->devices_per_node > 0 ? base->mesh->devices_per_node : 1;
   double tp = c->tp, pp = c->pp, L = pm->layers, d = pm->d, cb = pm->cb;
@@ -522,6 +523,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double p_mat = fmin(p_layer, pm->pl_mat * 4 / tp);
     double tw = g1 + wb * cb + sm * (p_layer - p_mat) * lst / cv * 2 - ko * lst / cv * pm->nl_mat;
     if (c->sched != SCHED_ZB) tb += tw, tw = 0;
+    else if (!e->zbw_hold) /* W recomputes its GEMMs' inputs (`zb_w`): the forward's GEMMs but the MLP's last
+                            * (~0.7 of them: GPT 8 of 12 d^2, Llama-3-8B 9.5 of 13) and attention; selective: attention */
+      tw += c->rec == RECOMPUTE_FULL ? 0.7 * g1 + a1 / 3 : c->rec == RECOMPUTE_SELECTIVE ? a1 / 3 : 0;
     double per = lst / cv; /* a chunk's layers */
     double emb = sm * (2 * unit + pm->vocab / tp * d * cb) + 4 * ko;
     double headf = sg * tok / tp * 6 * pm->vocab * d + sm * tok * pm->vocab / tp * 16 + ko * KERN_HEAD + 2 * ring * cv / lst;
@@ -577,7 +581,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     /* zb: what B keeps for W besides the activations, the layers' output gradients (~25 hidden
      * states per token and layer, split like the activations: GPT-3 at pp 16, 1.56 x recompute
      * none's 16), and under recompute the GEMM inputs B's recompute made (zb_held_units) */
-    double su = 25 + zb_held_units(pm, c->rec); /* (and what B's recompute made for W) */
+    double su = 25 + (e->zbw_hold ? zb_held_units(pm, c->rec) : 0); /* (and what B's recompute made for W) */
     double S = unit * (c->sp || tp == 1 ? su / tp : su / tp + 4 * (1 - 1 / tp)) * lst * ulay;
     A *= ulay;
     /* uneven stages without chunks: each stage's loads in flight priced with its own layers (spread over
@@ -722,13 +726,19 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
    * has it (the file's or -D's), auto against the device's memory with this model's figure for the plan with
    * them, as the search holds it to the capacity (plan_ana_frag) */
   int want = base->plan.defer_waits;
-  bool may = zero_defers_scatters(c->zero, c->dp * c->cp);
-  estimate(pm, base, dev, c, NULL, may && zero_defer_taken(want, 0, 0), e);
+  bool may = zero_defers_scatters(c->zero, c->dp * c->cp), dz = may && zero_defer_taken(want, 0, 0);
+  /* zb's W under recompute as the driver decides it (replan.c, zbw_memory): `zb_w` as the base has it, auto
+   * holding where the plan with the hold (and the other auto choices) is within the capacity */
+  bool hold = base->plan.zb_w != ZBW_RECOMPUTE;
+  estimate(pm, base, dev, c, NULL, dz, hold, e);
+  if (hold && base->plan.zb_w == ZBW_AUTO && c->sched == SCHED_ZB && c->rec != RECOMPUTE_NONE && pm->capacity > 0 &&
+      e->total * plan_ana_frag(c->pp) > pm->capacity)
+    estimate(pm, base, dev, c, NULL, dz, hold = false, e);
   if (e->defer && !zero_defer_taken(want, e->total * plan_ana_frag(c->pp), pm->capacity))
-    estimate(pm, base, dev, c, NULL, false, e);
+    estimate(pm, base, dev, c, NULL, false, hold, e);
   int64_t n[RT_MAX_STAGES];
   if (!c->bal || !plan_model_balance(pm, c, e, n, NULL)) return;
-  estimate(pm, base, dev, c, n, e->defer, e);
+  estimate(pm, base, dev, c, n, e->defer, hold, e);
   e->nsplit = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
   for (int k = 0; k < e->nsplit; k++) e->split[k] = (short)n[k];
 }

@@ -90,6 +90,8 @@ typedef struct {
   double bal_f, bal_b, bal_f0, bal_b0, bal_fl, bal_act, bal_head, bal_bytes;
   bool defer;            /* the backward loops' scatter waits deferred (ZeRO-2/3, pp too: zero_defers_scatters;
                             `defer_waits`: zero_defer_taken, auto with this estimate's memory against the capacity) */
+  bool zbw_hold;          /* zb under recompute: W holds B's recomputed GEMM inputs (`zb_w`: auto where this
+                            estimate's memory with them is within the capacity), else recomputes them */
   int nsplit;            /* layers(balanced) (PlanCand.bal): the (virtual) stages of split; else 0 */
   short split[64];       /* their layers (RT_MAX_STAGES) */
 } PlanEstimate;

@@ -25,6 +25,8 @@ cases=(
   "tiny-cuda-bf16|models/tiny.model|--world 1 --target cuda -D precision=bf16"
   "tiny-zero3-dp2-coalesce|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=3 -D coalesce=on --world 2"
   "tiny-zero2-dp2-defer-off|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=2 -D defer_waits=off --world 2"
+  "tiny-pp2-zb-rc-full|models/tiny.model|-D seq=32 -D micro_batch=2 -D dp=1 -D pp=2 -D schedule=zb -D recompute=full --world 2"
+  "tiny-pp2-zb-rc-full-zbw-recompute|models/tiny.model|-D seq=32 -D micro_batch=2 -D dp=1 -D pp=2 -D schedule=zb -D recompute=full -D zb_w=recompute --world 2"
   "tiny-cuda-zero2-offload|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=2 -D offload=on --world 2 --target cuda"
   "tiny-cuda-bf16-zero1-dp2|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=1 -D precision=bf16 --world 2 --target cuda"
   "tiny-cuda-bf16-offload|models/tiny.model|-D seq=32 -D micro_batch=4 -D zero=1 -D offload=on -D precision=bf16 --world 1 --target cuda"
