@@ -37,6 +37,15 @@
  * with the same attributes, shapes, dtypes and shardings, on the same values, so the loss
  * and the gradients are bit-identical to no recompute.
  *
+ * zb's W loops (passes/pipe_split.c's weight-gradient half of a backward loop, after the pipe pass) read
+ * the forward's saved values as B does and would recompute the forward a second time. Instead W takes
+ * what B's recompute made (from_b): each B loop's memo is kept until its W, and a value W needs that B
+ * made is yielded stacked by B and read by W, held from B to W (the memory plan's interval), but for
+ * cheap ops (elementwise, copies, rope, norms) whose inputs W has without holding more, which W re-runs:
+ * W runs no forward GEMM, attention or collective. `zb_w auto | hold | recompute` (plan option) chooses:
+ * auto holds where the plan with the hold fits the device (replan.c's zbw_memory measured it: Plan.zbw_fit_*),
+ * else W recomputes from the forward's saved values as any backward; the memory report says which (Module.zbw).
+ *
  * Where: after `shard` and `buckets`, before `fuse` and `memplan`. It must see the backward
  * graph (autodiff made the residuals), and it works on the per-rank program, so a clone is
  * the very node the forward ran (a tp collective included) and the shard pass needs no rule
@@ -560,7 +569,7 @@ static int recompute_graph(RecomputeKind kind, bool cuda, Graph *g, Module *m) {
     counted = true;
     Node *Bsrc = b_of_w(B, F);
     intptr_t got = 0;
-    bool hold = m->zbw.held;
+    bool hold = m->zbw.held && m->plan.schedule == SCHED_ZB;
     if (Bsrc) nw++;
     if (Bsrc && hold && !ptrmap_get(&memos, Bsrc, &got)) die("recompute: a zb W loop before its B loop");
     PtrMap *bmemo = (PtrMap *)got, *keep = NULL;
