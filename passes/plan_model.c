@@ -506,7 +506,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     /* the loops making the layer gradients (B; zb: W, its weight-gradient GEMMs alone, no gathers
      * before them) stalled on their scatters as pp 1's (scatter_stall), a layer of the instruction's
      * compute an iteration, the loop the chunk's layers; the coalesced scatters' copies in it (ZeRO-2's
-     * decided there). Llama-3-405B dp 16 tp 8+sp pp 16 z2 (Meta's at zero 2): 31 ms a layer's B, compiled 31 */
+     * decided there). Llama-3-405B dp 16 tp 8+sp pp 16 z2 (Meta's at zero 2): 32 ms a layer's B, compiled 31 */
     if (zpp) {
       double *ti = zb ? &tw : &tb, scopy = bcopy_s;
       double rec = zb ? 0 : (g1 * 3 * (rec_gemm - 1) + sa * (attn_f - attn_once) / accum / cv + (elr - el0)) / (lst / cv);
