@@ -400,8 +400,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   if (c->dp > 1 && c->zero >= 3) {
     double bw, lat;
     int n = dp_link(c, dev, dpn, &bw, &lat);
-    /* (under pp the pass's decision on the B, zb: W, loop's body: a chunk's layers) */
-    double body = c->pp <= 1 ? -1 : zb ? pm->k_gemm * gemm_layers / grate / (accum * lst) / 3 : lay - fwd;
+    /* (under pp the pass's decision on the B, zb: W, loop's body, a chunk's layers, where the stall model
+     * times it: a tensor list) */
+    double body = c->pp <= 1 || !pm->nlt ? -1 : zb ? pm->k_gemm * gemm_layers / grate / (accum * lst) / 3 : lay - fwd;
     e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, defer, body, !zb,
                            lst / (c->sched == SCHED_INTERLEAVED ? c->v : 1), &copy_s, &bcopy_s, &flat, &gather_pt);
     if (c->pp > 1) gather += flat;
