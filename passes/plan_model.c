@@ -409,11 +409,21 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * pp 2 cp 4: +2.2 GiB compiled); at pp 1 the peak (the last layer's activations) is not (dp 1024 tp 2
    * rc full mb 1: +3 MiB with `coalesce on`) */
   double copy_s = 0, bcopy_s = 0, flat = 0, gather_pt = 0;
+  bool full = c->rec == RECOMPUTE_FULL, zb = c->sched == SCHED_ZB;
+  /* a layer's compute a micro-step: its GEMMs, attention, elementwise bytes and kernels; the backward's
+   * part (full recompute: the forward again in it); under zb W's, the weight-gradient GEMMs */
+  double lay = (pm->k_gemm * gemm_layers * rec_gemm / grate + e->attn_s +
+                pm->k_mem * accum * lst * unit * mem_units[r] / sp_div / dev->bytes_per_s +
+                pm->k_kern * accum * lst * kern_layer[r] * dev->op_overhead_s) / (accum * lst);
+  double fwd = lay / (full ? 4 : 3);
   if (c->dp > 1 && c->zero >= 3) {
     double bw, lat;
     int n = dp_link(c, dev, dpn, &bw, &lat);
-    e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, defer, &copy_s, &bcopy_s,
-                           &flat, &gather_pt);
+    /* (under pp the pass's decision on the B, zb: W, loop's body, a chunk's layers, where the stall model
+     * times it: a tensor list) */
+    double body = c->pp <= 1 || !pm->nlt ? -1 : zb ? pm->k_gemm * gemm_layers / grate / (accum * lst) / 3 : lay - fwd;
+    e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, defer, body, !zb,
+                           lst / (c->sched == SCHED_INTERLEAVED ? c->v : 1), &copy_s, &bcopy_s, &flat, &gather_pt);
     if (c->pp > 1) gather += flat;
   }
   /* The deferred waits (`defer`: zero_defers_scatters and zero_defer_taken, plan_model_estimate; ZeRO-2/3,
@@ -428,55 +438,38 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * (zero3_coll_s: the packed [group, N] f32 gradient in `flat`, beside the gathers' whole where copy_s)
    * the deferred input is that packed gradient, which without the deferral this model leaves out at pp 1
    * (made at the body's end): a layer (tp 2 `coalesce on`: +2.3-2.4 GiB over the plan without, which is
-   * +5.5 over `coalesce off`) */
+   * +5.5 over `coalesce off`); under pp `flat` counts it beside the stages' loops already, so the
+   * deferral adds min(p_layer, freed) there too (Llama-3-405B dp 128 pp 2 1f1b cp 2 z3, compiled with the
+   * deferral over `defer_waits off`: tp 4+sp +1.3 GiB, tp 2+sp cp 4 +1.8; the whole layer: 3.0 and 5.9) */
   if (defer) {
     double freed = unit * (c->sp || tp == 1 ? act_units[RECOMPUTE_NONE] / tp
                                             : act_units[RECOMPUTE_NONE] / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
     bool packed = flat - (copy_s > 0 ? p_layer * cb / 4 : 0) > 0;
-    e->cls[MEM_GRAD] += packed ? p_layer : fmin(p_layer, freed);
+    e->cls[MEM_GRAD] += packed && c->pp <= 1 ? p_layer : fmin(p_layer, freed);
   }
-  /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3 at pp 1:
-   * zero_defers_scatters, the decision passes/zero_defer.c takes): an iteration no longer reads what it
-   * scatters (the unpacking slices and, under accumulation, the running sums' adds run after the loop),
-   * and each scatter is waited in the next iteration where its packed gradient is written again
-   * (passes/memplan_defer.c), about that iteration's end; so an iteration is no shorter than the channel's
-   * work a layer (the next layer's gathers at its front, its scatters: throughput), nor than its scatters'
-   * end, issued each where its gradient is made (`layer_scatters`), less the next iteration. Before
-   * (each iteration waited at its end for its packed runs through the last, under accumulation for the
-   * channel's end): Llama-3-405B dp 256 tp 8+sp z3 rc full mb 8: 35 ms an iteration (the packed w_k and
-   * w_v after the MLP's and w_o's scatters), 4.4 s a step; dp 1024 tp 2 mb 1 (2 micro-steps): 25 ms (9
-   * scatters of 5.1 ms latency each queued past the compute) */
-  double stall = 0; /* (pp: the stages' B instructions' loops defer their waits too, `defer`'s memory above; their
-                     * time has no scatter term, neither waited at the iteration's end before nor deferred now) */
-  if (c->pp <= 1 && zero_defers_scatters(c->zero, c->dp * c->cp) && pm->nlt) { /* (waited in the iteration where not `defer`) */
-    double bw, lat, cnt, s_all, s_packed, s_end;
-    int n = dp_link(c, dev, dpn, &bw, &lat);
-    double bucket = bucket_bytes(base);
-    bool full = c->rec == RECOMPUTE_FULL;
-    /* a layer's compute a micro-step: its GEMMs, attention, elementwise bytes and kernels; the backward's
-     * part (full recompute: the forward again in it), with its blocking tp collectives */
-    double lay = (pm->k_gemm * gemm_layers * rec_gemm / grate + e->attn_s +
-                  pm->k_mem * accum * lst * unit * mem_units[r] / sp_div / dev->bytes_per_s +
-                  pm->k_kern * accum * lst * kern_layer[r] * dev->op_overhead_s) / (accum * lst);
-    double fwd = lay / (full ? 4 : 3), ntp = full ? 6 : 4;
+  /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3:
+   * zero_defers_scatters, the decision passes/zero_defer.c takes; under pp the stages' B, zb: W, loops,
+   * below): scatter_stall (plan_model_zero.c), an iteration no shorter than the channel's work a layer
+   * nor than its scatters' end. Before the deferral (each iteration waited at its end for its packed runs
+   * through the last, under accumulation for the channel's end): Llama-3-405B dp 256 tp 8+sp z3 rc full
+   * mb 8: 35 ms an iteration (the packed w_k and w_v after the MLP's and w_o's scatters), 4.4 s a step;
+   * dp 1024 tp 2 mb 1 (2 micro-steps): 25 ms (9 scatters of 5.1 ms latency each queued past the compute).
+   * ZeRO-2's scatters coalesced as ZeRO-3's (scatters_coalesce, the pass's decision with its exposure),
+   * the copies in B; no packed buffer (compiled, Llama-3-405B dp 16 tp 8+sp pp 16 z2 and 8B dp 256 tp
+   * 2+sp pp 4 z2 `coalesce on`: peak -0.25 GiB, +0). ZeRO-3's coalesced as zero3_coll_s decided (its
+   * copies, bcopy_s, in the iteration's compute). */
+  double stall = 0; /* a step's (pp: the slowest stage's, in its B or W instructions) */
+  bool zstall = zero_defers_scatters(c->zero, c->dp * c->cp) && pm->nlt;
+  int zn = 0;
+  double zbw = 0, zlat = 0;
+  if (zstall) zn = dp_link(c, dev, dpn, &zbw, &zlat);
+  bool zpp = false; /* under pp: the stages' instructions hold the layers' dp collectives */
+  if (c->pp <= 1 && zstall) { /* (waited in the iteration where not `defer`) */
+    double ntp = full ? 6 : 4; /* (the backward's blocking tp collectives) */
     double b = lay - fwd + (ntp - 2) * ring_s(unit, 2, c->tp, dev->link[0].bytes_per_s, dev->link[0].latency_s);
     double ab = e->attn_s / (accum * lst) * 2.5 / (c->rec == RECOMPUTE_NONE ? 3.5 : 4.5);
-    /* ZeRO-2's scatters coalesced as ZeRO-3's (scatters_coalesce: the pass's decision) with the pass's
-     * exposure, a backward body's scatters beyond its compute: the copies in B, the runs coalesced (issued
-     * with their last gradient); no packed buffer (compiled, Llama-3-405B dp 16 tp 8+sp pp 16 z2 and 8B dp
-     * 256 tp 2+sp pp 4 z2 `coalesce on`: peak -0.25 GiB, +0). Under pp, where this model has no scatter
-     * latency (its ZeRO-2 dp term is the step's ring), neither its saving nor its copies */
-    bool coal = c->zero == 2 &&
-                layer_scatters(pm, c, bucket, n, bw, lat, 0, full ? fwd : 0, ab, b, false, &cnt, &s_all, &s_packed, &s_end) &&
-                scatters_coalesce(base, dev, (int)cnt, n, lat, p_layer, fmax(0, s_all - (lay - fwd)),
-                                  defer && lst >= 2, accum * lst, &bcopy_s);
-    layer_scatters(pm, c, bucket, n, bw, lat, gather_pt, full ? fwd : 0, ab, b, coal, &cnt, &s_all, &s_packed, &s_end);
-    /* not deferred (`defer_waits off`, or auto where the plan does not fit with them): each iteration waits
-     * at its end, under accumulation for the channel's end (the running sums' adds), else for its packed
-     * runs through the last one (the code before passes/zero_defer.c: 35 ms an iteration above) */
-    double t = defer ? fmax(b, fmax(gather_pt + s_all, s_end - b))
-               : c->accum > 1 ? fmax(b, s_end) : fmax(b + s_packed, gather_pt + s_all);
-    stall = (t - b) * lst * accum;
+    stall = scatter_stall(pm, base, dev, c, zn, zbw, zlat, p_layer, b, lay - fwd, full ? fwd : 0, ab, gather_pt, defer, lst,
+                          accum * lst, &bcopy_s) * lst * accum;
   }
   double copy_pt = copy_s / (accum * lst * 2); /* a gather point's copies: a layer's in F, in B */
   double bcopy_pt = bcopy_s / (accum * lst);   /* a scatter point's: a layer's in B */
@@ -515,7 +508,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double cpm = cp_merge * lst / cv / (2 * c->cp - 1); /* a chunk's ring merges: cp in F, cp - 1 in B */
     tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2 + 2 * ring + cpr + c->cp * cpm + copy_pt * lst / cv;
     double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
-                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr + (c->cp - 1) * cpm + (copy_pt + bcopy_pt) * lst / cv;
+                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr + (c->cp - 1) * cpm + copy_pt * lst / cv;
     /* the chunk's layer gradients added to the stage's sums inside the loop making them (W under zb,
      * else B: passes/pipe_fold.c), a layer at a time: a matrix's by its weight-gradient GEMM, which
      * accumulates into the sum (passes/gacc.c: the sum's bytes in the GEMM's, one add kernel fewer),
@@ -526,6 +519,27 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     else if (!e->zbw_hold) /* W recomputes its GEMMs' inputs (`zb_w`): the forward's GEMMs but the MLP's last
                             * (~0.7 of them: GPT 8 of 12 d^2, Llama-3-8B 9.5 of 13) and attention; selective: attention */
       tw += c->rec == RECOMPUTE_FULL ? 0.7 * g1 + a1 / 3 : c->rec == RECOMPUTE_SELECTIVE ? a1 / 3 : 0;
+    zpp = zstall && tf > 0;
+    /* ZeRO-3's F loops gather the next layer as they run one, each gather's copies after it and the next
+     * gather after them (no collective hidden by the copies): an iteration no shorter (Llama-3-405B dp 128
+     * tp 4+sp pp 2 cp 2, compiled F 1.23 s a micro-batch of 63 layers, 17.2 + 2.4 ms a gather and its
+     * copies; 0.90 s of compute) */
+    if (zpp && c->zero >= 3) tf = fmax(tf, (gather_pt + copy_pt) * lst / cv);
+    if (!zpp) tb += bcopy_pt * lst / cv; /* (else in the loop stalled on the scatters, below) */
+    /* the loops making the layer gradients (B; zb: W, its weight-gradient GEMMs alone, no gathers
+     * before them) stalled on their scatters as pp 1's (scatter_stall), a layer of the instruction's
+     * compute an iteration, the loop the chunk's layers; the coalesced scatters' copies in it (ZeRO-2's
+     * decided there). Llama-3-405B dp 16 tp 8+sp pp 16 z2 (Meta's at zero 2): 32 ms a layer's B, compiled 31 */
+    if (zpp) {
+      double *ti = zb ? &tw : &tb, scopy = bcopy_s;
+      double rec = zb ? 0 : (g1 * 3 * (rec_gemm - 1) + sa * (attn_f - attn_once) / accum / cv + (elr - el0)) / (lst / cv);
+      double bl = *ti / (lst / cv);
+      double st = scatter_stall(pm, base, dev, c, zn, zbw, zlat, p_layer, bl, bl, rec, zb ? 0 : a1 * 2 / 3 / (lst / cv),
+                                zb ? 0 : gather_pt, defer, lst / cv, accum * lst, &scopy);
+      *ti += (st + scopy / (accum * lst)) * lst / cv;
+      bcopy_s = scopy;
+      stall = st * lst * accum;
+    }
     double per = lst / cv; /* a chunk's layers */
     double emb = sm * (2 * unit + pm->vocab / tp * d * cb) + 4 * ko;
     double headf = sg * tok / tp * 6 * pm->vocab * d + sm * tok * pm->vocab / tp * 16 + ko * KERN_HEAD + 2 * ring * cv / lst;
@@ -671,7 +685,10 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   }
   /* ---- the pipeline: the lists played (pp_profile), then the update and the dp collectives not hidden ---- */
   if (c->pp > 1) {
-    double dp_exposed = e->exposed_s - e->tp_s; /* the tp (and cp) collectives are in the instructions */
+    /* (the tp and cp collectives and the scatters' stall are in the instructions) */
+    double dp_exposed = e->exposed_s - e->tp_s;
+    if (zpp) /* the layers' gathers and scatters in the instructions: ZeRO-2's gathers of the update alone */
+      dp_exposed = c->zero == 2 ? ring_s(p_rank, 1, zn, zbw, zlat) : 0;
     e->step_s = e->pp_span_s + opt_s + (dp_exposed > 0 ? dp_exposed : 0) + e->offload_s;
     return;
   }

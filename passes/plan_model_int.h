@@ -57,7 +57,12 @@ bool layer_scatters(const PlanModel *pm, const struct PlanCand *c, double cap, i
  * zero_coalesce_pays); *bcopy_s: the copies' seconds in `points` bodies. */
 bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, double lat, double p_layer,
                        double exposed, bool defer, double points, double *bcopy_s);
+/* A backward layer loop's iteration stalled on its layer's gradient reduce-scatters (pp 1's loop and the
+ * stages' B, zb: W, loops): the seconds beyond its compute b. */
+double scatter_stall(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c, int n, double bw,
+                     double lat, double p_layer, double b, double bc, double rec, double ab, double front, bool defer,
+                     double iters, double points, double *bcopy_s);
 /* ZeRO-3's dp (dp x cp) collectives' seconds a step (and their copies, flat buffer, a gather point's time). */
 double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c, double p_rank,
-                    double p_layer, double lst, int n, double bw, double lat, double hide, bool defer, double *copy_s,
-                    double *bcopy_s, double *flat, double *gather_pt);
+                    double p_layer, double lst, int n, double bw, double lat, double hide, bool defer, double body,
+                    bool front, double iters, double *copy_s, double *bcopy_s, double *flat, double *gather_pt);

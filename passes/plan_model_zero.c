@@ -76,6 +76,32 @@ bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, 
   return true;
 }
 
+/* A backward layer loop's iteration stalled on its layer's ZeRO-2/3 gradient reduce-scatters (where
+ * zero_defers_scatters; over n ranks, bw, lat): an iteration no longer reads what it scatters, each
+ * scatter waited in the next iteration where its packed gradient is written again (passes/zero_defer.c,
+ * `defer`, a loop of two `iters` or more: zero_defer_loop), about that iteration's end; so an iteration is
+ * no shorter than the channel's work a layer (`front`, the next layer's gathers, then its scatters:
+ * throughput), nor than its scatters' end, issued each where its gradient is made (layer_scatters: `rec`,
+ * `ab` and `b`, the iteration's compute), less the next iteration. Not deferred, each iteration waits at
+ * its end, under accumulation (and under pp: the previous micro-batch's running sums) for the channel's
+ * end, else for its packed runs through the last one. ZeRO-2's scatters coalesced as ZeRO-3's
+ * (scatters_coalesce: the pass's decision, with the pass's exposure, the body's scatters beyond `bc` of
+ * its compute; *bcopy_s: the copies in `points` bodies a step), ZeRO-3's where zero3_coll_s coalesced
+ * them (*bcopy_s given), the coalesced runs issued each with its last gradient, their copies in b. Returns the stall an iteration, beyond b (0 without a tensor list). The one model of
+ * pp 1's backward loop and of the stages' B (zb: W) instructions' loops (passes/plan_model.c). */
+double scatter_stall(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, int n, double bw,
+                     double lat, double p_layer, double b, double bc, double rec, double ab, double front, bool defer,
+                     double iters, double points, double *bcopy_s) {
+  double bucket = bucket_bytes(base), cnt, s_all, s_packed, s_end;
+  defer = defer && iters >= 2;
+  bool coal = c->zero >= 3 ? *bcopy_s > 0 : layer_scatters(pm, c, bucket, n, bw, lat, 0, rec, ab, b, false, &cnt, &s_all, &s_packed, &s_end) &&
+              scatters_coalesce(base, dev, (int)cnt, n, lat, p_layer, fmax(0, s_all - bc), defer, points, bcopy_s);
+  if (!layer_scatters(pm, c, bucket, n, bw, lat, front, rec, ab, b, coal, &cnt, &s_all, &s_packed, &s_end)) return 0;
+  b += coal ? *bcopy_s / points : 0; /* (the copies: the iteration's compute, beside the channel's) */
+  double t = defer ? fmax(b, fmax(front + s_all, s_end - b)) : c->accum > 1 ? fmax(b, s_end) : fmax(b + s_packed, front + s_all);
+  return t - b;
+}
+
 /* ZeRO-3's dp (dp x cp) traffic a step: per micro-step one f32 reduce-scatter and two gathers in the
  * compute precision of the stage's parameters (p_rank bytes, f32), as ring bandwidth; and each
  * collective's n - 1 latency steps: the layer loops gather a layer's split tensors (pm->nl_mat of them)
@@ -87,12 +113,15 @@ bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, 
  * the unpacked layers, the layer's whole), else one a tensor; and
  * reduce-scatter a layer's gradients in runs (layer_scatters), in one where the same pass and
  * function coalesce those too (*bcopy_s: their copies' seconds, the backward's; the packed f32
- * gradient added to *flat). Counted as one ring's latency
+ * gradient added to *flat), asked with the exposure of a backward body whose compute is `body` (under
+ * pp, the B, zb: W, instruction's loop of `iters` layers a chunk: its scatters after the next layer's
+ * gathers where `front`, beyond it; < 0: pp 1's step figure, the collectives beyond `hide`). Counted as one ring's latency
  * per micro-step, the latency was 0.08 s where Llama-3-405B pp 2 1f1b cp 4 (a ring of 512 ranks, 2.6 ms
  * a collective) ran 21,440 collectives a step: 55 s. */
 double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
                     double p_rank, double p_layer, double lst, int n, double bw, double lat, double hide,
-                    bool defer, double *copy_s, double *bcopy_s, double *flat, double *gather_pt) {
+                    bool defer, double body, bool front, double iters, double *copy_s, double *bcopy_s, double *flat,
+                    double *gather_pt) {
   *copy_s = 0, *bcopy_s = 0, *flat = 0, *gather_pt = 0;
   if (n <= 1 || bw <= 0) return 0;
   double accum = (double)c->accum, cb = pm->cb;
@@ -118,8 +147,9 @@ double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *d
    * what the gathers left exposed): the f32 gradient packed, half of it transposed, the shards unpacked;
    * within the bucket on the shard bytes; the packed [group, N] beside the layer's gradients */
   double left = bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
-  if (scatters_coalesce(base, dev, (int)scatters, n, lat, p_layer, fmax(0, left - hide) / points,
-                        defer && lst >= 2, points / 2, bcopy_s)) {
+  double exposed = body < 0 ? fmax(0, left - hide) / points /* (pp 1: the step's, spread over its points) */
+                            : fmax(0, (front ? *gather_pt : 0) + s_all - body);
+  if (scatters_coalesce(base, dev, (int)scatters, n, lat, p_layer, exposed, defer && iters >= 2, points / 2, bcopy_s)) {
     scatters = fmax(1, fmin(scatters, ceil(p_layer / n / bucket)));
     *flat += p_layer;
   }

@@ -29,7 +29,7 @@ bool zero_splits_params(const Module *m);
  * end (passes/zero_defer.c: their readers moved after the loop, each waited in the next iteration):
  * ZeRO `zero` >= 2 over a group (dp x cp) of more than one rank; under pp stages too (their B, zb: W,
  * instructions' loops; the loops of one layer a stage or chunk the pass leaves).
- * passes/plan_model.c's memory and stall model asks it too (its stall at pp 1 only). */
+ * passes/plan_model.c's memory and stall model asks it too (pp 1's loop and the stages' B, zb: W, loops). */
 bool zero_defers_scatters(int zero, int group);
 /* Whether loop r's body scatters can be waited in its next iteration: a repeat of two iterations or more
  * (a pipeline stage's or interleaved chunk's loop of one layer has none). */
