@@ -64,7 +64,7 @@ out=$("$shardc" plan "${tiny[@]}" -D pp=4 -D pp_layers=balanced --search --top 4
 rows=$(echo "$out" | sed -n '/^#  #  plan  *step/,/^# row /p' | grep '^# *[0-9]')
 [ "$(echo "$rows" | grep -c .)" -ge 2 ] || bad "tiny: fewer than 2 ranked rows: $out"
 echo "$rows" | grep -v -q ' pp 4 bal ' && bad "tiny: a ranked row without balanced stages: $rows"
-echo "$out" | grep -q '^# [0-9]* candidates ([0-9]* of them with `layers(balanced)`' || bad "tiny: no count of balanced candidates"
+echo "$out" | grep -q '^# [0-9]* candidates ([0-9]* of them with `layers(balanced)`' || bad "tiny: no count of balanced candidates: $out"
 split=$(echo "$out" | sed -n 's/^# row 1.s stages: `pp 4 layers(balanced)` (-D pp=4 -D pp_layers=balanced) compiled to layers \[\(.*\)\]$/\1/p')
 [ -n "$split" ] || bad "tiny: the table does not give row 1's split: $out"
 echo "$split" | awk -F', ' '{ s = 0; for (i = 1; i <= NF; i++) { if ($i < 1) exit 1; s += $i } exit !(NF == 4 && s == 5) }' ||
