@@ -704,8 +704,8 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
    * them, as the search holds it to the capacity (plan_ana_frag) */
   int want = base->plan.defer_waits;
   bool may = zero_defers_scatters(c->zero, c->dp * c->cp);
-  estimate(pm, base, dev, c, NULL, may && zero_defer_taken(want, 0, 0), e);
-  if (e->defer && !zero_defer_taken(want, e->total * plan_ana_frag(c->pp), pm->capacity))
+  estimate(pm, base, dev, c, NULL, may && zero_defer_taken(want, 0, 0, false), e);
+  if (e->defer && !zero_defer_taken(want, e->total * plan_ana_frag(c->pp), pm->capacity, false))
     estimate(pm, base, dev, c, NULL, false, e);
   int64_t n[RT_MAX_STAGES];
   if (!c->bal || !plan_model_balance(pm, c, e, n, NULL)) return;
