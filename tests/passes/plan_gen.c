@@ -259,9 +259,11 @@ void plan_gen(PlanSample *s, uint64_t seed) {
   if (chance(&r, 10)) knob(s, &r, &b, "bucket", "%d", 16 << below(&r, 12));
   if (zero >= 2 && chance(&r, 50)) knob(s, &r, &b, "coalesce", "%s", chance(&r, 70) ? "on" : "off");
   { /* knobs added later draw from a stream of their own: the samples of the seeds before stay as they were */
-    Rng r2 = {seed * 0x9e3779b97f4a7c15ull + 7};
     /* (pp > 1 too: its stages' B, zb: W, loops defer; a plan whose stages or chunks run one layer each has
-     * none to defer, and `on` / `off` there is refused at the option: passes/zero_defer.c) */
+     * none to defer, and `on` / `off` there is refused at the option: passes/zero_defer.c). At pp 1 x's very
+     * stream, as before (its samples stay); at pp > 1 one of its own: on x's, the draw that takes defer_waits
+     * (< 30) is the one that takes the second layer loop (< 10), which pp refuses (28% of those samples) */
+    Rng r2 = {seed * 0x9e3779b97f4a7c15ull + (pp > 1 ? 17 : 7)};
     if (zero >= 2 && dp * cp > 1 && chance(&r2, 30))
       knob(s, &r2, &b, "defer_waits", "%s", chance(&r2, 50) ? "on" : "off");
   }
