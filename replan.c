@@ -30,8 +30,10 @@ typedef struct {
   double stage_cap;
   int64_t wcopy_fit_total;
   double wcopy_fit_cap;
+  bool wcopy_fit_lost;
   int64_t defer_fit_total;
   double defer_fit_cap;
+  bool defer_fit_lost;
   bool as_is;
   int64_t zbw_fit_total; /* Plan.zbw_fit_*: the plan with zb's W holding B's recomputed values (zbw_memory) */
   double zbw_fit_cap;
@@ -53,7 +55,8 @@ static void zbw_memory(Replan *r, Arena *a, const char *const *kv, int n, Module
     return;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;
-  PlanInputs in = {p->sched_times, p->stage_fixed, p->stage_cap, 0, 0, 0, 0, true, 0, 0};
+  PlanInputs in = {.sched_times = p->sched_times, .stage_fixed = p->stage_fixed, .stage_cap = p->stage_cap,
+                   .as_is = true};
   Module *m0 = compile_as(r, a, kv, n, null, &in);
   fclose(null);
   double total = 0, cap = 0;
@@ -112,6 +115,8 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       m->plan.defer_fit_cap = in->defer_fit_cap;
       m->plan.zbw_fit_total = in->zbw_fit_total;
       m->plan.zbw_fit_cap = in->zbw_fit_cap;
+      m->plan.wcopy_fit_lost = in->wcopy_fit_lost;
+      m->plan.defer_fit_lost = in->defer_fit_lost;
     } else { /* their own quiet compiles, outside this one's diag (the copies' fit: below, from this one) */
       m->plan.sched_times = zb_times(r, a, kv, n, m);
       zbw_memory(r, a, kv, n, m);
@@ -130,8 +135,9 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
   if (ok && !in && ((m->plan.weight_copy == WCOPY_AUTO && m->wcopy.persistent) ||
                     (m->plan.defer_waits == DEFER_AUTO && m->defer.taken)) &&
       !fit_plan_fits(m, &total, &cap) && cap > 0) {
-    PlanInputs again = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, 0, 0, 0, 0, false,
-                        m->plan.zbw_fit_total, m->plan.zbw_fit_cap};
+    PlanInputs again = {.sched_times = m->plan.sched_times, .stage_fixed = m->plan.stage_fixed,
+                        .stage_cap = m->plan.stage_cap, .zbw_fit_total = m->plan.zbw_fit_total,
+                        .zbw_fit_cap = m->plan.zbw_fit_cap};
     auto_memory(r, a, kv, n, m, m, &again);
     return compile_as(r, a, kv, n, diag, &again);
   }
@@ -170,10 +176,12 @@ static double step_of(Replan *r, const Module *m) {
  * auto choices unmeasured: both taken) and kept where it fits the device (fit_plan_fits), one compile; where
  * it does not, each alone is compiled and the fitting one the cost model has faster (its compiled step) is
  * taken, else neither. The choice goes to the passes as the figures of the plan with each choice, in
- * io->wcopy_fit_* / defer_fit_* (the pass drops a choice whose figure is over the device's memory, and says
- * why in the memory report): a choice taken, the figure of the plan taken (it fits); a choice dropped, that
- * of the plan with it and the other as taken (both: the first's; each alone: its own). Nothing where
- * neither is open, without a device memory, or when a compile fails (the caller's own compile reports why). */
+ * io->wcopy_fit_* / defer_fit_* (the pass drops a choice whose figure is over the device's memory, or marked
+ * lost, and says why in the memory report): a choice taken, the figure of the plan taken (it fits); a choice
+ * dropped, that of the plan it was measured by: the first's where that one fits or only one choice is open;
+ * where each alone was compiled, that alone's (its compile failing: the first's), marked lost where it fit
+ * alone and the other alone was taken (faster). Nothing where neither is open, without a device memory, or
+ * when a compile fails (the caller's own compile reports why). */
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io) {
   const Plan *p = &m->plan;
   bool open_c = p->weight_copy == WCOPY_AUTO && wshadow_may_persist(m),
@@ -182,7 +190,8 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
   if (!open_c && !open_d) return;
   enum { MAXKV = 64 };
   if (n + 1 > MAXKV) return;
-  PlanInputs as_is = {io->sched_times, io->stage_fixed, io->stage_cap, 0, 0, 0, 0, true, io->zbw_fit_total, io->zbw_fit_cap};
+  PlanInputs as_is = {.sched_times = io->sched_times, .stage_fixed = io->stage_fixed, .stage_cap = io->stage_cap,
+                      .as_is = true, .zbw_fit_total = io->zbw_fit_total, .zbw_fit_cap = io->zbw_fit_cap};
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;
   Module *m0 = first ? first : compile_as(r, a, kv, n, null, &as_is); /* auto without the figures: both */
@@ -214,8 +223,9 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
   }
   fclose(null);
   int pick = ok[0] && (!ok[1] || step[0] <= step[1]) ? 0 : ok[1] ? 1 : -1; /* -1: neither fits alone */
-  io->wcopy_fit_total = (int64_t)(pick == 0 ? total[0] : pick == 1 ? t0 : total[0] > 0 ? total[0] : t0);
-  io->defer_fit_total = (int64_t)(pick == 1 ? total[1] : pick == 0 ? t0 : total[1] > 0 ? total[1] : t0);
+  io->wcopy_fit_total = (int64_t)(total[0] > 0 ? total[0] : t0); /* (pick k: ok[k], its total fits) */
+  io->defer_fit_total = (int64_t)(total[1] > 0 ? total[1] : t0);
+  io->wcopy_fit_lost = pick == 1 && ok[0], io->defer_fit_lost = pick == 0 && ok[1];
   io->wcopy_fit_cap = io->defer_fit_cap = cap;
 }
 
@@ -298,7 +308,8 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
     return;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;
-  PlanInputs in = {m->plan.sched_times, NULL, 0, 0, 0, 0, 0, false, m->plan.zbw_fit_total, m->plan.zbw_fit_cap};
+  PlanInputs in = {.sched_times = m->plan.sched_times, .zbw_fit_total = m->plan.zbw_fit_total,
+                   .zbw_fit_cap = m->plan.zbw_fit_cap};
   Module *m0 = compile_as(r, a, kv, n, null, &in);
   fclose(null);
   double cap = m0 ? memplan_capacity(m0, NULL, 0) : 0;
@@ -312,10 +323,12 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
 void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   Plan *p = &m->plan;
   if (p->wcopy_fit_total || p->defer_fit_total || memplan_capacity(m, NULL, 0) <= 0) return;
-  PlanInputs io = {p->sched_times, p->stage_fixed, p->stage_cap, 0, 0, 0, 0, false, p->zbw_fit_total, p->zbw_fit_cap};
+  PlanInputs io = {.sched_times = p->sched_times, .stage_fixed = p->stage_fixed, .stage_cap = p->stage_cap,
+                   .zbw_fit_total = p->zbw_fit_total, .zbw_fit_cap = p->zbw_fit_cap};
   auto_memory(r, a, kv, n, m, NULL, &io);
   p->wcopy_fit_total = io.wcopy_fit_total, p->wcopy_fit_cap = io.wcopy_fit_cap;
   p->defer_fit_total = io.defer_fit_total, p->defer_fit_cap = io.defer_fit_cap;
+  p->wcopy_fit_lost = io.wcopy_fit_lost, p->defer_fit_lost = io.defer_fit_lost;
 }
 
 int64_t replan_total(void *ctx, const char *const *kv, int n) {

@@ -87,9 +87,12 @@ typedef struct {
   /* auto: chosen with `defer_waits auto` by the driver (replan.c, auto_memory: replan_auto_memory, or
    * compile_as's re-plan): the planned total per rank of the plan with the persistent copies (the one
    * taken, or the smallest without it fitting) and the device's memory (0: not measured: no device memory
-   * known, or a test's module); passes/wshadow.c takes the per-layer casts where the total exceeds it */
+   * known, or a test's module); passes/wshadow.c takes the per-layer casts where the total exceeds it, or
+   * where wcopy_fit_lost: the plan with the copies alone fits (wcopy_fit_total, without the deferred waits)
+   * but not with the deferred waits too, and the cost model has the deferred waits alone faster */
   int64_t wcopy_fit_total;
   double wcopy_fit_cap;
+  bool wcopy_fit_lost;
   bool allow_cross_node_tp;
   int64_t bucket_bytes; /* data-parallel gradient bucket size */
   SrcLoc bucket_loc;    /* where `bucket` was written (file NULL: the default) */
@@ -100,10 +103,13 @@ typedef struct {
    * iteration (passes/zero_defer.c; their f32 inputs then live through the loop's body). auto: where the
    * plan with them fits the device, chosen with `weight_copy auto` by the driver (replan.c, auto_memory): the
    * planned total per rank of the plan with them (as for wcopy_fit_total) and the device's memory in
-   * defer_fit_total / defer_fit_cap (0: not measured); zero_defer_taken decides from them */
+   * defer_fit_total / defer_fit_cap (0: not measured), defer_fit_lost as wcopy_fit_lost (the plan with them
+   * alone fits, not with the persistent copies too, and the copies alone are faster); zero_defer_taken
+   * decides from them */
   enum { DEFER_AUTO, DEFER_ON, DEFER_OFF } defer_waits;
   int64_t defer_fit_total;
   double defer_fit_cap;
+  bool defer_fit_lost;
   /* `zb_w auto | hold | recompute`: under schedule zb and recompute, whether W takes the weight-gradient
    * GEMMs' inputs B's recompute made, held from B to W, or recomputes them from the forward's saved values
    * (passes/recompute.c). auto: hold where the plan with the hold fits the device, as the driver measured

@@ -743,7 +743,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
    * has it (the file's or -D's), auto against the device's memory with this model's figure for the plan with
    * them, as the search holds it to the capacity (plan_ana_frag) */
   int want = base->plan.defer_waits;
-  bool may = zero_defers_scatters(c->zero, c->dp * c->cp), dz = may && zero_defer_taken(want, 0, 0);
+  bool may = zero_defers_scatters(c->zero, c->dp * c->cp), dz = may && zero_defer_taken(want, 0, 0, false);
   /* zb's W under recompute as the driver decides it (replan.c, zbw_memory): `zb_w` as the base has it, auto
    * holding where the plan with the hold (and the other auto choices) is within the capacity */
   bool hold = base->plan.zb_w != ZBW_RECOMPUTE;
@@ -751,7 +751,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   if (hold && base->plan.zb_w == ZBW_AUTO && c->sched == SCHED_ZB && c->rec != RECOMPUTE_NONE && pm->capacity > 0 &&
       e->total * plan_ana_frag(c->pp) > pm->capacity)
     estimate(pm, base, dev, c, NULL, dz, hold = false, e);
-  if (e->defer && !zero_defer_taken(want, e->total * plan_ana_frag(c->pp), pm->capacity))
+  if (e->defer && !zero_defer_taken(want, e->total * plan_ana_frag(c->pp), pm->capacity, false))
     estimate(pm, base, dev, c, NULL, false, hold, e);
   int64_t n[RT_MAX_STAGES];
   if (!c->bal || !plan_model_balance(pm, c, e, n, NULL)) return;

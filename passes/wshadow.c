@@ -17,7 +17,8 @@
  * `weight_copy auto` (the default) takes persistent unless the driver's choice against the device's memory,
  * made together with `defer_waits auto` (replan.c, auto_memory: the plan with both where it fits, else the
  * faster of each alone that fits, else neither), dropped it (Plan.wcopy_fit_total over wcopy_fit_cap: the
- * plan with it did not fit); `weight_copy persistent | per_layer`
+ * plan with it did not fit; Plan.wcopy_fit_lost: it fit alone, the deferred waits alone were faster);
+ * `weight_copy persistent | per_layer`
  * chooses by hand, and is refused where it cannot be applied.
  *
  * Runs after shard (the cast's per-rank type and sharding are the copy's) and before accum (the
@@ -138,11 +139,16 @@ bool pass_wshadow(Module *m) {
     m->wcopy.why = arena_printf(m->arena, "the plan with the persistent copy (%.1f MiB) needs %.1f MiB per rank, over "
                                 "the device's %.1f MiB", mib((double)bytes), mib((double)p->wcopy_fit_total),
                                 mib(p->wcopy_fit_cap));
+  else if (p->wcopy_fit_lost)
+    m->wcopy.why = arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with it, of the device's %.1f MiB; "
+                                "not with the deferred waits too, which alone the cost model has faster",
+                                mib((double)p->wcopy_fit_total), mib(p->wcopy_fit_cap));
   else if (p->wcopy_fit_total > 0)
     m->wcopy.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with it, of the device's %.1f MiB",
                                 mib((double)p->wcopy_fit_total), mib(p->wcopy_fit_cap));
   else m->wcopy.why = "auto (no device memory to check it against)";
-  if (want == WCOPY_PER_LAYER || (want == WCOPY_AUTO && unfit)) return true; /* passes/wcast.c's casts */
+  if (want == WCOPY_PER_LAYER || (want == WCOPY_AUTO && (unfit || p->wcopy_fit_lost)))
+    return true; /* passes/wcast.c's casts */
   m->wcopy.persistent = true;
   for (int i = 0; i < g->nnodes; i++)
     if (weight_cast(g, g->nodes[i])) make_persistent(g, g->nodes[i--]);

@@ -36,9 +36,11 @@ bool zero_defers_scatters(int zero, int group);
 bool zero_defer_loop(const Node *r);
 /* Where zero_defers_scatters holds, whether the plan defers them: plan `defer_waits` `want` (Plan.defer_waits:
  * DEFER_ON yes, DEFER_OFF no; DEFER_AUTO unless the plan with them needs `total` bytes per rank (0: not
- * measured) over the device's `cap` (<= 0: unknown)). The one rule of passes/zero_defer.c (the driver's
- * compile's figures, Plan.defer_fit_*) and plan_model.c (its own memory with them, against the capacity). */
-bool zero_defer_taken(int want, double total, double cap);
+ * measured) over the device's `cap` (<= 0: unknown), or `lost`: they fit alone but not with the persistent
+ * weight copies, which the driver's cost model has faster, Plan.defer_fit_lost). The one rule of
+ * passes/zero_defer.c (the driver's compile's figures, Plan.defer_fit_*) and plan_model.c (its own memory
+ * with them, against the capacity). */
+bool zero_defer_taken(int want, double total, double cap, bool lost);
 /* Module m's plan with both: whether its backward loops' scatter waits are deferred (the pass's and the
  * memory plan's question, passes/memplan.c: from the plan alone, so that a pass run on IR read back agrees). */
 bool zero_defers_plan(const Module *m);

@@ -47,8 +47,8 @@ bool zero_defers_scatters(int zero, int group) { return zero >= 2 && group > 1; 
 
 bool zero_defer_loop(const Node *r) { return r && r->op == OP_REPEAT && r->a.count >= 2; }
 
-bool zero_defer_taken(int want, double total, double cap) {
-  return want == DEFER_ON || (want == DEFER_AUTO && !(total > 0 && cap > 0 && total > cap));
+bool zero_defer_taken(int want, double total, double cap, bool lost) {
+  return want == DEFER_ON || (want == DEFER_AUTO && !lost && !(total > 0 && cap > 0 && total > cap));
 }
 
 /* The ops this pass lifts out of a body onto the stacks: row-local, and the same op (a slice one axis
@@ -253,7 +253,7 @@ static double mib(double b) { return b / (1 << 20); }
 bool zero_defers_plan(const Module *m) {
   const Plan *p = &m->plan;
   return m->mesh && zero_defers_scatters(p->zero, zero_group(m->mesh).deg) &&
-         zero_defer_taken(p->defer_waits, (double)p->defer_fit_total, p->defer_fit_cap);
+         zero_defer_taken(p->defer_waits, (double)p->defer_fit_total, p->defer_fit_cap, p->defer_fit_lost);
 }
 
 bool pass_zero_defer(Module *m) {
@@ -282,6 +282,10 @@ bool pass_zero_defer(Module *m) {
   if (want != DEFER_AUTO) m->defer.why = want == DEFER_ON ? "defer_waits on (the plan)" : "defer_waits off (the plan)";
   else if (unfit)
     m->defer.why = arena_printf(m->arena, "the plan with them needs %.1f MiB per rank, over the device's %.1f MiB",
+                                mib((double)p->defer_fit_total), mib(p->defer_fit_cap));
+  else if (p->defer_fit_lost)
+    m->defer.why = arena_printf(m->arena, "they fit alone: %.1f MiB per rank planned with them, of the device's "
+                                "%.1f MiB; not with the persistent weight copies too, which alone the cost model has faster",
                                 mib((double)p->defer_fit_total), mib(p->defer_fit_cap));
   else if (p->defer_fit_total > 0)
     m->defer.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with them, of the device's %.1f MiB",

@@ -8,7 +8,7 @@
  * with dp 8x), sp, cp_mode, a pipeline schedule (interleaved: 2 chunks per stage), its
  * micro-batches and stage layer counts (`layers(a, b)`, `layers(balanced)`; with interleaving uneven virtual
  * stages: pp or pp x 2 counts, or balanced, over 2 pp + 1 or 2 layers), accumulation, ZeRO 0-3,
- * offload, recompute, bucket, coalesce (ZeRO-2/3), defer_waits (ZeRO-2/3 without pp), weight_copy, f32 or bf16, the CPU or the CUDA target, and the
+ * offload, recompute, bucket, coalesce (ZeRO-2/3), defer_waits (ZeRO-2/3, with or without pp: the stages' B, zb: W, loops defer too), weight_copy, f32 or bf16, the CPU or the CUDA target, and the
  * optimizer (AdamW, SGD), clipping and the non-finite policy. Each knob lands either in the
  * source (the `parallel` or `train` block) or in a -D override, as a user would write it. About one
  * sample in four gets a deliberate mistake (a world the plan does not use, a batch micro_batch x dp
@@ -259,8 +259,12 @@ void plan_gen(PlanSample *s, uint64_t seed) {
   if (chance(&r, 10)) knob(s, &r, &b, "bucket", "%d", 16 << below(&r, 12));
   if (zero >= 2 && chance(&r, 50)) knob(s, &r, &b, "coalesce", "%s", chance(&r, 70) ? "on" : "off");
   { /* knobs added later draw from a stream of their own: the samples of the seeds before stay as they were */
-    Rng r2 = {seed * 0x9e3779b97f4a7c15ull + 7};
-    if (zero >= 2 && pp == 1 && dp * cp > 1 && chance(&r2, 30))
+    /* (pp > 1 too: its stages' B, zb: W, loops defer; a plan whose stages or chunks run one layer each has
+     * none to defer, and `on` / `off` there is refused at the option: passes/zero_defer.c). At pp 1 x's very
+     * stream, as before (its samples stay); at pp > 1 one of its own: on x's, the draw that takes defer_waits
+     * (< 30) is the one that takes the second layer loop (< 10), which pp refuses (28% of those samples) */
+    Rng r2 = {seed * 0x9e3779b97f4a7c15ull + (pp > 1 ? 17 : 7)};
+    if (zero >= 2 && dp * cp > 1 && chance(&r2, 30))
       knob(s, &r2, &b, "defer_waits", "%s", chance(&r2, 50) ? "on" : "off");
   }
   if (cross && (topo || chance(&r, 30))) knob(s, &r, &b, "cross_node_tp", "on");

@@ -148,9 +148,12 @@ expect 1 "error: \`zb_w\` needs one of auto, hold or recompute, got \`always\`" 
 # copies alone (7.72 ms a step by the cost model), 4,138,816 with the deferred waits alone (7.91 ms), 3,938,880 with
 # neither. On 100 MiB both are kept; on 3.815 MiB (4,000,317 B) the copies alone (was: neither, the copies dropped
 # first and the deferral then measured without them); on 3.5 MiB nothing fits: neither, each line over, the fit
-# check's error.
+# check's error. With recompute full: 2,885,184 B with both, 2,685,248 with the copies alone (9.34 ms),
+# 2,852,672 with the deferred waits alone (9.73 ms): on 2.74 MiB (2,873,098 B) each alone fits, the copies are
+# faster and taken; the deferred waits' line shows their own plan's 2.7 MiB, which fits (was: both's 2.8 MiB,
+# "over the device's").
 bf=(plan models/tiny.model --world 2 --target cuda -D precision=bf16 -D zero=2)
-for mem in 100:100 3.815:3m8 3.5:3m5; do
+for mem in 100:100 3.815:3m8 3.5:3m5 2.74:2m74; do
   sed "s/memory 8 GiB/memory ${mem%%:*} MiB/; s/topology cpu/topology cpu_${mem##*:}/" models/topo/cpu.topo >"$tmp/b${mem##*:}.topo"
 done
 bw="persistent copies (in params), written by the update: one cast a step"
@@ -164,5 +167,8 @@ expect_stdout=1 expect 0 "#   total                     3905856 B" "$bw: it fits
 expect_stdout=1 expect 1 "#   total                     3938880 B" "$bl: the plan with the persistent copy (0.2 MiB) needs 3.7 MiB per rank, over the device's 3.5 MiB" \
   "$dw in their own iteration: the plan with them needs 3.9 MiB per rank, over the device's 3.5 MiB" \
   "error: the plan does not fit: 3.8 MiB per rank, over the cpu memory of 3.5 MiB" -- "${bf[@]}" --topology "$tmp/b3m5.topo"
+expect_stdout=1 expect 0 "#   total                     2685248 B" "$bw: it fits: 2.6 MiB per rank planned with it, of the device's 2.7 MiB" \
+  "$dw in their own iteration: they fit alone: 2.7 MiB per rank planned with them, of the device's 2.7 MiB; not with the persistent weight copies too, which alone the cost model has faster" \
+  -- "${bf[@]}" -D recompute=full --topology "$tmp/b2m74.topo"
 [ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy and defer_waits decided (together) and refused"
 exit $status
