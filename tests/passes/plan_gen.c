@@ -8,7 +8,7 @@
  * with dp 8x), sp, cp_mode, a pipeline schedule (interleaved: 2 chunks per stage), its
  * micro-batches and stage layer counts (`layers(a, b)`, `layers(balanced)`; with interleaving uneven virtual
  * stages: pp or pp x 2 counts, or balanced, over 2 pp + 1 or 2 layers), accumulation, ZeRO 0-3,
- * offload, recompute, bucket, coalesce (ZeRO-2/3), defer_waits (ZeRO-2/3, with or without pp: the stages' B, zb: W, loops defer too), weight_copy, f32 or bf16, the CPU or the CUDA target, and the
+ * offload, recompute, bucket, coalesce (ZeRO-2/3), defer_waits (ZeRO-2/3, with or without pp: the stages' B, zb: W, loops defer too), zb_w (zb under recompute), weight_copy, f32 or bf16, the CPU or the CUDA target, and the
  * optimizer (AdamW, SGD), clipping and the non-finite policy. Each knob lands either in the
  * source (the `parallel` or `train` block) or in a -D override, as a user would write it. About one
  * sample in four gets a deliberate mistake (a world the plan does not use, a batch micro_batch x dp
@@ -266,6 +266,10 @@ void plan_gen(PlanSample *s, uint64_t seed) {
     Rng r2 = {seed * 0x9e3779b97f4a7c15ull + (pp > 1 ? 17 : 7)};
     if (zero >= 2 && dp * cp > 1 && chance(&r2, 30))
       knob(s, &r2, &b, "defer_waits", "%s", chance(&r2, 50) ? "on" : "off");
+    /* zb under recompute: W holds B's recomputed GEMM inputs, or recomputes them (passes/recompute.c) */
+    Rng r3 = {seed * 0x9e3779b97f4a7c15ull + 29};
+    if (pp > 1 && sched == 3 && strcmp(rc, "none") != 0 && chance(&r3, 50))
+      knob(s, &r3, &b, "zb_w", "%s", chance(&r3, 50) ? "hold" : "recompute");
   }
   if (cross && (topo || chance(&r, 30))) knob(s, &r, &b, "cross_node_tp", "on");
   if ((M > 1 && pp > 1 && chance(&r, 30)) || by_microbatches)
