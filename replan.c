@@ -16,7 +16,7 @@
 #include "zero.h"
 
 static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
-static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
+static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m);
 
 /* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
  * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.wcopy_fit_*,
@@ -35,11 +35,18 @@ typedef struct {
 } PlanInputs;
 
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io);
+static void auto_memory_from(Replan *r, Arena *check, const char *const *kv, int n, Module *m, Module *first);
 
+/* The check compiles (stage_memory's, auto_memory's) in an arena of their own, freed once their figures are in
+ * m->plan: a check compile is as large as the plan's own (Llama-3-405B pp 16 x cp 2: 1.6 GB each). Where
+ * stage_memory decides no figures, its compile is auto_memory's first (the same inputs: the same module). */
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   m->plan.sched_times = zb_times(r, a, kv, n, m);
-  stage_memory(r, a, kv, n, m);
-  replan_auto_memory(r, a, kv, n, m);
+  Arena check;
+  arena_init(&check);
+  Module *m0 = stage_memory(r, a, &check, kv, n, m);
+  auto_memory_from(r, &check, kv, n, m, m0);
+  arena_free(&check);
 }
 
 /* Compiles the source again with n extra overrides into arena a, its diagnostics written to
@@ -80,7 +87,10 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       m->plan.defer_fit_cap = in->defer_fit_cap;
     } else { /* their own quiet compiles, outside this one's diag (the copies' fit: below, from this one) */
       m->plan.sched_times = zb_times(r, a, kv, n, m);
-      stage_memory(r, a, kv, n, m);
+      Arena check;
+      arena_init(&check);
+      stage_memory(r, a, &check, kv, n, m);
+      arena_free(&check);
     }
     diag_enter(&quiet);
     PipelineOptions po = {.dump = diag, .verify = false};
@@ -250,35 +260,49 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
 }
 
 /* `layers(balanced)` against the device's memory (passes/pipe_balance.c, pipe_balance_calibrate): a
- * quiet compile of the time-balanced split; where its plan does not fit the device or its first
- * stage is the largest (the embedding, the most micro-batches in flight and, since each stage merges
- * its own gradients, their sums), each stage's bytes beyond the balance's own model
- * (Plan.stage_fixed) and the device's memory (stage_cap) for the caller's compile. Nothing without
- * `layers(balanced)`, a device memory, or when that compile fails (the caller's own reports why). */
-static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+ * quiet compile of the time-balanced split (into arena `check`, the caller's to free; the figures into a);
+ * where its plan does not fit the device or its first stage is the largest (the embedding, the most
+ * micro-batches in flight and, since each stage merges its own gradients, their sums), each stage's bytes
+ * beyond the balance's own model (Plan.stage_fixed) and the device's memory (stage_cap) for the caller's
+ * compile. Nothing without `layers(balanced)`, a device memory, or when that compile fails (the caller's
+ * own reports why). Returns that compile where it decided no figures (m's inputs are then the ones it was
+ * compiled with, the auto choices unmeasured: auto_memory's first compile), else NULL. */
+static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m) {
   if (!m->plan.stage_balanced || m->plan.stage_fixed || !m->mesh || m->mesh->dim[RT_AX_PP] < 2 ||
       m->plan.schedule == SCHED_INTERLEAVED) /* (its balance is by virtual stage: no calibration) */
-    return;
+    return NULL;
   FILE *null = fopen("/dev/null", "w");
-  if (!null) return;
+  if (!null) return NULL;
   PlanInputs in = {m->plan.sched_times, NULL, 0, 0, 0, 0, 0, false};
-  Module *m0 = compile_as(r, a, kv, n, null, &in);
+  Module *m0 = compile_as(r, check, kv, n, null, &in);
   fclose(null);
   double cap = m0 ? memplan_capacity(m0, NULL, 0) : 0;
   const int64_t *fixed = m0 ? pipe_balance_calibrate(m0, cap, a) : NULL;
   if (fixed) {
     m->plan.stage_fixed = fixed;
     m->plan.stage_cap = cap;
+    return NULL;
   }
+  return m0;
 }
 
-void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+/* replan_auto_memory, its compiles into arena `check` (the caller's to free); first (NULL: none): a compile
+ * with m's inputs as they are (stage_memory's), taken for auto_memory's first. */
+static void auto_memory_from(Replan *r, Arena *check, const char *const *kv, int n, Module *m, Module *first) {
   Plan *p = &m->plan;
   if (p->wcopy_fit_total || p->defer_fit_total || memplan_capacity(m, NULL, 0) <= 0) return;
   PlanInputs io = {p->sched_times, p->stage_fixed, p->stage_cap, 0, 0, 0, 0, false};
-  auto_memory(r, a, kv, n, m, NULL, &io);
+  auto_memory(r, check, kv, n, m, first, &io);
   p->wcopy_fit_total = io.wcopy_fit_total, p->wcopy_fit_cap = io.wcopy_fit_cap;
   p->defer_fit_total = io.defer_fit_total, p->defer_fit_cap = io.defer_fit_cap;
+}
+
+void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+  (void)a; /* (its compiles are dropped once measured) */
+  Arena check;
+  arena_init(&check);
+  auto_memory_from(r, &check, kv, n, m, NULL);
+  arena_free(&check);
 }
 
 int64_t replan_total(void *ctx, const char *const *kv, int n) {
