@@ -229,7 +229,7 @@ echo "$out4" | grep -q '^# no candidate fits, even analytically; the closest, dp
 # 3b'. compile time of a pp x cp plan (docs/performance.md, "Compile time: pp x cp"): GPT-3 pp 4 x cp 2
 # at 72 micro-batches took 12.7 CPU s (the memory plan's column views and zcoal's replacements scanned
 # the step graph per slice and per gathered tensor: quadratic), now ~0.6; and its memory (docs/performance.md,
-# "Compile memory: the check compiles"): 386 MiB peak when the driver's check compiles stayed to the end
+# "Compile time and memory: Llama-3-405B pp 16 x cp 2"): 386 MiB peak when the driver's check compiles stayed to the end
 # and the packing's per-order and per-body lists to their pass's end, now ~235
 cpu_time "$shardc" plan models/gpt3-175b.model --target cuda --topology models/topo/p4d-x128.topo -D pp=4 -D dp=16 \
   -D tp=8 -D cp=2 -D sp=on -D zero=3 -D recompute=full -D batch=1152 || bad "GPT-3 pp 4 x cp 2: plan failed: $(head -3 "$tmp/out")"
