@@ -16,8 +16,8 @@
 #include "zero.h"
 
 static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
-static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
-static void zbw_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
+static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m);
+static void zbw_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m);
 
 /* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
  * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.wcopy_fit_*,
@@ -47,8 +47,9 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
  * is compiled with the hold (and the other auto choices taken: the most memory) and its planned total per
  * rank and the device's memory go to the pass in Plan.zbw_fit_*; where the hold does not fit, zb's list
  * times are measured again without it (its W is longer). Nothing where no W holds anything, without a
- * device memory, or when the compile fails (the caller's own compile reports why). */
-static void zbw_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+ * device memory, or when the compile fails (the caller's own compile reports why). Its compile into arena
+ * `check` (the caller's to free), the times into a. */
+static void zbw_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m) {
   Plan *p = &m->plan;
   if (p->zb_w != ZBW_AUTO || p->schedule != SCHED_ZB || p->recompute == RECOMPUTE_NONE || p->zbw_fit_total ||
       memplan_capacity(m, NULL, 0) <= 0)
@@ -57,7 +58,7 @@ static void zbw_memory(Replan *r, Arena *a, const char *const *kv, int n, Module
   if (!null) return;
   PlanInputs in = {.sched_times = p->sched_times, .stage_fixed = p->stage_fixed, .stage_cap = p->stage_cap,
                    .as_is = true};
-  Module *m0 = compile_as(r, a, kv, n, null, &in);
+  Module *m0 = compile_as(r, check, kv, n, null, &in);
   fclose(null);
   double total = 0, cap = 0;
   if (!m0 || !m0->memplan || !m0->zbw.held || m0->zbw.bytes <= 0) return;
@@ -69,12 +70,19 @@ static void zbw_memory(Replan *r, Arena *a, const char *const *kv, int n, Module
     p->sched_times = zb_times(r, a, kv, n, m);
   }
 }
+static void auto_memory_from(Replan *r, Arena *check, const char *const *kv, int n, Module *m, Module *first);
 
+/* The check compiles (stage_memory's, auto_memory's) in an arena of their own, freed once their figures are in
+ * m->plan: a check compile is as large as the plan's own (Llama-3-405B pp 16 x cp 2: 1.6 GB each). Where
+ * stage_memory decides no figures, its compile is auto_memory's first (the same inputs: the same module). */
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   m->plan.sched_times = zb_times(r, a, kv, n, m);
-  zbw_memory(r, a, kv, n, m);
-  stage_memory(r, a, kv, n, m);
-  replan_auto_memory(r, a, kv, n, m);
+  Arena check;
+  arena_init(&check);
+  zbw_memory(r, a, &check, kv, n, m);
+  Module *m0 = stage_memory(r, a, &check, kv, n, m);
+  auto_memory_from(r, &check, kv, n, m, m0);
+  arena_free(&check);
 }
 
 /* Compiles the source again with n extra overrides into arena a, its diagnostics written to
@@ -119,8 +127,11 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       m->plan.defer_fit_lost = in->defer_fit_lost;
     } else { /* their own quiet compiles, outside this one's diag (the copies' fit: below, from this one) */
       m->plan.sched_times = zb_times(r, a, kv, n, m);
-      zbw_memory(r, a, kv, n, m);
-      stage_memory(r, a, kv, n, m);
+      Arena check;
+      arena_init(&check);
+      zbw_memory(r, a, &check, kv, n, m);
+      stage_memory(r, a, &check, kv, n, m);
+      arena_free(&check);
     }
     diag_enter(&quiet);
     PipelineOptions po = {.dump = diag, .verify = false};
@@ -297,38 +308,52 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
 }
 
 /* `layers(balanced)` against the device's memory (passes/pipe_balance.c, pipe_balance_calibrate): a
- * quiet compile of the time-balanced split; where its plan does not fit the device or its first
- * stage is the largest (the embedding, the most micro-batches in flight and, since each stage merges
- * its own gradients, their sums), each stage's bytes beyond the balance's own model
- * (Plan.stage_fixed) and the device's memory (stage_cap) for the caller's compile. Nothing without
- * `layers(balanced)`, a device memory, or when that compile fails (the caller's own reports why). */
-static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+ * quiet compile of the time-balanced split (into arena `check`, the caller's to free; the figures into a);
+ * where its plan does not fit the device or its first stage is the largest (the embedding, the most
+ * micro-batches in flight and, since each stage merges its own gradients, their sums), each stage's bytes
+ * beyond the balance's own model (Plan.stage_fixed) and the device's memory (stage_cap) for the caller's
+ * compile. Nothing without `layers(balanced)`, a device memory, or when that compile fails (the caller's
+ * own reports why). Returns that compile where it decided no figures (m's inputs are then the ones it was
+ * compiled with, the auto choices unmeasured: auto_memory's first compile), else NULL. */
+static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m) {
   if (!m->plan.stage_balanced || m->plan.stage_fixed || !m->mesh || m->mesh->dim[RT_AX_PP] < 2 ||
       m->plan.schedule == SCHED_INTERLEAVED) /* (its balance is by virtual stage: no calibration) */
-    return;
+    return NULL;
   FILE *null = fopen("/dev/null", "w");
-  if (!null) return;
+  if (!null) return NULL;
   PlanInputs in = {.sched_times = m->plan.sched_times, .zbw_fit_total = m->plan.zbw_fit_total,
                    .zbw_fit_cap = m->plan.zbw_fit_cap};
-  Module *m0 = compile_as(r, a, kv, n, null, &in);
+  Module *m0 = compile_as(r, check, kv, n, null, &in);
   fclose(null);
   double cap = m0 ? memplan_capacity(m0, NULL, 0) : 0;
   const int64_t *fixed = m0 ? pipe_balance_calibrate(m0, cap, a) : NULL;
   if (fixed) {
     m->plan.stage_fixed = fixed;
     m->plan.stage_cap = cap;
+    return NULL;
   }
+  return m0;
 }
 
-void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+/* replan_auto_memory, its compiles into arena `check` (the caller's to free); first (NULL: none): a compile
+ * with m's inputs as they are (stage_memory's), taken for auto_memory's first. */
+static void auto_memory_from(Replan *r, Arena *check, const char *const *kv, int n, Module *m, Module *first) {
   Plan *p = &m->plan;
   if (p->wcopy_fit_total || p->defer_fit_total || memplan_capacity(m, NULL, 0) <= 0) return;
   PlanInputs io = {.sched_times = p->sched_times, .stage_fixed = p->stage_fixed, .stage_cap = p->stage_cap,
                    .zbw_fit_total = p->zbw_fit_total, .zbw_fit_cap = p->zbw_fit_cap};
-  auto_memory(r, a, kv, n, m, NULL, &io);
+  auto_memory(r, check, kv, n, m, first, &io);
   p->wcopy_fit_total = io.wcopy_fit_total, p->wcopy_fit_cap = io.wcopy_fit_cap;
   p->defer_fit_total = io.defer_fit_total, p->defer_fit_cap = io.defer_fit_cap;
   p->wcopy_fit_lost = io.wcopy_fit_lost, p->defer_fit_lost = io.defer_fit_lost;
+}
+
+void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+  (void)a; /* (its compiles are dropped once measured) */
+  Arena check;
+  arena_init(&check);
+  auto_memory_from(r, &check, kv, n, m, NULL);
+  arena_free(&check);
 }
 
 int64_t replan_total(void *ctx, const char *const *kv, int n) {

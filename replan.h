@@ -33,7 +33,9 @@ typedef struct {
 Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag);
 /* m, compiled by the front end with the overrides kv: zb's list times (the cost model's, from two
  * small quiet compiles) and `layers(balanced)`'s memory figures (from a quiet compile of the split
- * by time), set in m->plan before its passes run. */
+ * by time), set in m->plan before its passes run. The checks' compiles (the split's, replan_auto_memory's)
+ * go to an arena of their own, freed before it returns (the figures stay in a); the split's is
+ * replan_auto_memory's first where it sets no figures (the same inputs). */
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
 /* `weight_copy auto` (passes/wshadow.c) and `defer_waits auto` (passes/zero_defer.c), part of
  * replan_inputs: chosen together against the device's memory (replan.c, auto_memory): the plan with both

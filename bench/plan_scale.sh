@@ -45,6 +45,7 @@ configs=(
   "gpt3-pp4-cp2-z3-p4d128|$G --topology $P --target cuda -D pp=4 -D dp=16 -D tp=8 -D cp=2 -D sp=on -D zero=3 -D recompute=full"
   "llama405b-pp4-cp2-z3-h100x256|$H --topology $D --target cuda -D tp=8 -D pp=4 -D cp=2 -D zero=3 -D recompute=selective"
   "llama405b-pp8-cp4-z3-h100x256|$H --topology $D --target cuda -D tp=8 -D pp=8 -D cp=4 -D zero=3 -D recompute=selective"
+  "llama405b-pp16-cp2-z3-h100x256|$H --topology $D --target cuda -D tp=8 -D pp=16 -D cp=2 -D zero=3 -D recompute=selective"
   "gpt3-search-p4d128|$G --topology $P --target cuda --search"
   "gpt3-pick-p4d128|$G --topology $P --target cuda --pick"
   "llama8b-search-p4d128|$L --topology $P --target cuda --search"

@@ -256,36 +256,61 @@ static void memo_key(const Interval *iv, int n, int64_t *key) {
   }
 }
 
+/* The large sets (over MEMO_KEEP_N intervals: a pipelined step's top graph, 175k intervals and 28 packings of
+ * them at Llama-3-405B pp 16 x cp 2) kept for the process, up to MEMO_KEEP of them: the driver's check
+ * compiles (replan.c) plan the same step as the plan's own, and packing is their largest cost. Their
+ * arena (the static one, empty as it starts) lives as long as the process (a search's children inherit it). */
+enum { MEMO_KEEP_N = 4096, MEMO_KEEP = 4 };
+static Arena kept_arena;
+static MemoSet *kept[MEMO_KEEP];
+static int nkept;
+
+static MemoSet *memo_find(MemoSet *e, uint64_t h, int n, const int64_t *key) {
+  for (; e; e = e->next)
+    if (e->hash == h && e->n == n && !memcmp(e->key, key, MEMO_KEY * (size_t)n * sizeof *key)) return e;
+  return NULL;
+}
+
 int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a, int64_t *plain) {
   if (!memo) return memplan_pack(iv, n, a, plain);
   int64_t *key = ARENA_ARRAY(a, int64_t, MEMO_KEY * (size_t)n + 1);
   memo_key(iv, n, key);
   uint64_t h = 1469598103934665603ull ^ (uint64_t)n; /* FNV-1a over the key's words */
   for (size_t i = 0; i < MEMO_KEY * (size_t)n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
-  MemoSet **b = &memo->bucket[h % MEMO_BUCKETS];
-  for (MemoSet *e = *b; e; e = e->next)
-    if (e->hash == h && e->n == n && !memcmp(e->key, key, MEMO_KEY * (size_t)n * sizeof *key)) {
-      int *start = ARENA_ARRAY(a, int, n + 1); /* (the links the packing took) */
-      for (int i = 0; i < n; i++) start[i] = iv[i].start;
-      take_links(iv, n, e->kinds, e->pk, start, a);
-      for (int i = 0; i < n; i++) iv[i].offset = e->off[i];
-      if (plain) *plain = e->plain;
-      return e->size;
-    }
-  MemoSet *e = ARENA_NEW(memo->a, MemoSet);
+  bool big = n > MEMO_KEEP_N;
+  MemoSet **b = &memo->bucket[h % MEMO_BUCKETS], *e = memo_find(*b, h, n, key);
+  for (int k = 0; big && !e && k < nkept; k++) e = memo_find(kept[k], h, n, key);
+  if (e) {
+    int *start = ARENA_ARRAY(a, int, n + 1); /* (the links the packing took) */
+    for (int i = 0; i < n; i++) start[i] = iv[i].start;
+    take_links(iv, n, e->kinds, e->pk, start, a);
+    for (int i = 0; i < n; i++) iv[i].offset = e->off[i];
+    if (plain) *plain = e->plain;
+    return e->size;
+  }
+  Arena *ea = memo->a;
+  if (big) {
+    if (nkept == MEMO_KEEP) arena_free(&kept_arena), nkept = 0; /* full: the kept sets dropped together */
+    ea = &kept_arena;
+  }
+  e = ARENA_NEW(ea, MemoSet);
   e->hash = h, e->n = n;
-  e->key = ARENA_ARRAY(memo->a, int64_t, MEMO_KEY * (size_t)n + 1);
+  e->key = ARENA_ARRAY(ea, int64_t, MEMO_KEY * (size_t)n + 1);
   memcpy(e->key, key, MEMO_KEY * (size_t)n * sizeof *key);
   uint8_t *pk;
   e->size = pack_links(iv, n, a, &e->plain, &e->kinds, &pk);
   if (pk) {
-    e->pk = ARENA_ARRAY(memo->a, uint8_t, n + 1);
+    e->pk = ARENA_ARRAY(ea, uint8_t, n + 1);
     memcpy(e->pk, pk, (size_t)n * sizeof *pk);
   }
-  e->off = ARENA_ARRAY(memo->a, int64_t, n + 1);
+  e->off = ARENA_ARRAY(ea, int64_t, n + 1);
   for (int i = 0; i < n; i++) e->off[i] = iv[i].offset;
-  e->next = *b;
-  *b = e;
+  if (big)
+    kept[nkept++] = e;
+  else {
+    e->next = *b;
+    *b = e;
+  }
   if (plain) *plain = e->plain;
   return e->size;
 }

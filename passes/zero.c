@@ -316,15 +316,15 @@ static void insert_at(void **arr, int n, int at, void *x) {
  * end of the iteration, so it is in flight while the whole layer computes. The last iteration's
  * gather (the first row again, modulo count) would be unread: it is `skiplast`, not issued there
  * (interpreter, codegen, cost, traffic report), so a loop of L layers gathers L rows. Two layers'
- * gathered parameters are live at once: the carry and the next one. Returns the nodes inserted
- * into g before n (3), or 0 when the body does not read x. */
-static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl, ZeroGroup z) {
+ * gathered parameters are live at once: the carry and the next one. pos: n's position in g. Returns
+ * the nodes inserted into g before n (3), or 0 when the body does not read x. */
+static int prefetch_layer(Graph *g, Node *n, int pos, int j, const Value *whole, int dl, ZeroGroup z) {
   Graph *b = n->body;
   Node *an = b->args[j];
   Value *x = an->out[0], *p = n->in[j];
   if (!reads_deep(b, x)) return 0;
   SrcLoc loc = n->loc;
-  int pos = position(g, n), nc = n->a.ncarry;
+  int nc = n->a.ncarry;
   /* the first layer's gather, before the loop */
   Attrs sa = {0};
   sa.axis = 0;
@@ -334,12 +334,14 @@ static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl, 
   s1.dim[0] = 1;
   Value *row = ir_emit(g, OP_SLICE, 1, &p, p->dtype, s1, &sa, loc);
   row->sharding = p->sharding;
-  ir_move_last(g, pos++);
   Value *r0 = ir_emit(g, OP_RESHAPE, 1, &row, x->dtype, x->shape, NULL, loc);
   r0->sharding = x->sharding;
-  ir_move_last(g, pos++);
   Value *w0 = zero_gather_new(g, r0, whole, dl, z, loc);
-  ir_move_last(g, pos++);
+  /* the three to pos, g's later nodes moved once, not three times (g: the step under pp, ~10^5 nodes) */
+  memmove(&g->nodes[pos + 3], &g->nodes[pos], sizeof(Node *) * (size_t)(g->nnodes - 3 - pos));
+  g->nodes[pos] = row->def, g->nodes[pos + 1] = r0->def, g->nodes[pos + 2] = w0->def;
+  ir_touch(g);
+  pos += 3;
   /* a new carry, the last one: input w0, output the last gathered layer, body argument wc */
   Arena *A = g->arena;
   Value **in = ARENA_ARRAY(A, Value *, n->nin + 1);
@@ -390,8 +392,16 @@ static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl, 
   return 3;
 }
 
+/* During pass_zero: each body's captures (passes/zero_captures.c), for reads_deep; NULL: none. */
+static ZeroCaptures *captures;
+
 /* True when a node of g (or of a body nested in it) reads p. */
 static bool reads_deep(const Graph *g, const Value *p) {
+  if (captures && g->parent && p->def->graph != g) {
+    bool around = true; /* p of a graph around g: one of g's captures */
+    for (const Graph *h = p->def->graph; h && around; h = h->parent) around = h != g;
+    if (around) return zero_captures_reads(captures, g, p);
+  }
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     for (int j = 0; j < n->nin; j++)
@@ -419,7 +429,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         Value *arg = an->out[0], old = *arg;
         bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
         zero_split_type(arg, &old, xs ? d - 1 : d, z);
-        int k = xs ? prefetch_layer(g, n, j, &old, d - 1, z) : 0; /* the next layer's gather in flight */
+        int k = xs ? prefetch_layer(g, n, i + inserted, j, &old, d - 1, z) : 0; /* the next layer's gather in flight */
         if (k) {
           inserted += k;
           j++; /* (the new carry shifted p's input by one) */
@@ -733,6 +743,7 @@ bool pass_zero(Module *m) {
   for (int i = 0; i < n; i++)
     for (int j = 0; j < g->nodes[i]->nin; j++) ptrmap_add(&uses, g->nodes[i]->in[j], 1);
   for (int i = 0; i < g->nresults; i++) ptrmap_add(&uses, g->results[i], n + 1); /* a result: never sole */
+  if (stage >= 3) captures = zero_captures_new(g->arena); /* (gather_uses' questions) */
   for (int i = 0; i < nu; i++) {
     Node *u = updates[i];
     bool sole = true;
@@ -746,6 +757,8 @@ bool pass_zero(Module *m) {
     }
     shard_update(g, u, z, stage, saved, sole);
   }
+  zero_captures_free(captures);
+  captures = NULL;
   ptrmap_free(&uses);
   if (stage >= 2) {
     int64_t cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;

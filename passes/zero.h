@@ -99,4 +99,12 @@ static inline bool zero_run_takes(int n, int64_t run_bytes, int64_t bytes, int64
 /* Groups the group's reduce-scatters of body b into runs of up to cap bytes, each where its last is ready. */
 void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z);
 
+/* The values each region body reads from the graphs around it, its nested bodies' included, found once per
+ * body (passes/zero_captures.c). From arena a; zero_captures_free releases its map. */
+typedef struct ZeroCaptures ZeroCaptures;
+ZeroCaptures *zero_captures_new(Arena *a);
+void zero_captures_free(ZeroCaptures *c);
+/* Whether a node of body b, or of a body in it, reads p, a value of a graph around b. */
+bool zero_captures_reads(ZeroCaptures *c, const Graph *b, const Value *p);
+
 #endif

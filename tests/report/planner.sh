@@ -171,11 +171,12 @@ echo "$out" | grep -q "^# BUG" && bad "tiny: the memory bound is above a compile
 # (every candidate through the analytic model, the best compiled to confirm it) returns a confirmed
 # plan with pp within its CPU budget (this machine is shared: its wall time measures the load),
 # the analytic memory of every compiled pp plan within 10 % of the memory plan's.
-cpu_time() { # CPU seconds (user + sys, children included) of the command after it; its output in $tmp/out
-  /usr/bin/time -o "$tmp/time" -f '%U %S %e' "$@" >"$tmp/out" 2>&1
+cpu_time() { # CPU seconds (user + sys, children included) of the command after it, its peak resident MiB
+  # (rss); its output in $tmp/out
+  /usr/bin/time -o "$tmp/time" -f '%U %S %e %M' "$@" >"$tmp/out" 2>&1
   local rc=$?
-  read -r u s w < <(tail -1 "$tmp/time") # (after "Command exited with non-zero status N")
-  cpu=$(awk -v u="$u" -v s="$s" 'BEGIN { print u + s }') wall=$w
+  read -r u s w kb < <(tail -1 "$tmp/time") # (after "Command exited with non-zero status N")
+  cpu=$(awk -v u="$u" -v s="$s" 'BEGIN { print u + s }') wall=$w rss=$((kb / 1024))
   return $rc
 }
 pp_rows() { # the analytic-vs-compiled rows of compiled pp plans: memory within 10 %
@@ -227,11 +228,14 @@ echo "$out4" | grep -q '^# no candidate fits, even analytically; the closest, dp
 
 # 3b'. compile time of a pp x cp plan (docs/performance.md, "Compile time: pp x cp"): GPT-3 pp 4 x cp 2
 # at 72 micro-batches took 12.7 CPU s (the memory plan's column views and zcoal's replacements scanned
-# the step graph per slice and per gathered tensor: quadratic), now ~0.6
+# the step graph per slice and per gathered tensor: quadratic), now ~0.6; and its memory (docs/performance.md,
+# "Compile time and memory: Llama-3-405B pp 16 x cp 2"): 386 MiB peak when the driver's check compiles stayed to the end
+# and the packing's per-order and per-body lists to their pass's end, now ~235
 cpu_time "$shardc" plan models/gpt3-175b.model --target cuda --topology models/topo/p4d-x128.topo -D pp=4 -D dp=16 \
   -D tp=8 -D cp=2 -D sp=on -D zero=3 -D recompute=full -D batch=1152 || bad "GPT-3 pp 4 x cp 2: plan failed: $(head -3 "$tmp/out")"
-echo "GPT-3 pp 4 x cp 2, 72 micro-batches: plan took $cpu CPU s ($wall s wall)"
+echo "GPT-3 pp 4 x cp 2, 72 micro-batches: plan took $cpu CPU s ($wall s wall), $rss MiB peak"
 awk -v c="$cpu" 'BEGIN { exit !(c < 4) }' || bad "GPT-3 pp 4 x cp 2: plan took $cpu CPU s, not under 4 (quadratic again?)"
+((rss < 320)) || bad "GPT-3 pp 4 x cp 2: plan took $rss MiB peak, not under 320 (a check compile kept, or a per-parameter array?)"
 
 # 3c. the analytic model against the compiled plans (the search's own comparison rows): memory within
 # 15 % and the step within 30 % on GPT-2 124M (one p4d node, CUDA) and tiny (4 CPU ranks), every
