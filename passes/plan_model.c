@@ -58,10 +58,10 @@ static double zb_held_units(const PlanModel *pm, RecomputeKind r) {
  * in hidden states per token on a rank: each weight GEMM's output gradient, a column-parallel one's split by
  * tp (its output features / tp: the QKV, the MLP's first GEMMs), a row-parallel one's whole (its output the
  * hidden size, all-gathered over sp in B: the attention's output projection and the MLP's last GEMM, those
- * read after the attention with d outputs), and under sp with tp a row-parallel GEMM's bias's its
- * gradient's sp slice besides (a tensor of d elements after it, not a matrix nor a norm's). Compiled (`--dump-ir=after:pipe`,
- * B's stacked outputs): GPT-2 at tp 2+sp 7 / tp + 2 + 2 / tp, Llama-3-8B 8.5 / tp + 2; GPT-3 at tp 8 the
- * 25 / tp this model counted for every model. Not found (no layer tensors): those 25 / tp. */
+ * read after the attention with d outputs), and under sp with tp a row-parallel GEMM's bias's gradient's
+ * sp slice besides (a tensor of d elements after it, not a matrix nor a norm's). Compiled (B's stacked
+ * outputs, `--dump-ir=after:pipe`): GPT-2 at tp 2+sp 7 / tp + 2 + 2 / tp, Llama-3-8B 8.5 / tp + 2; GPT-3 at
+ * tp 8 the 25 / tp this model counted for every model. Not found (no layer tensors): those 25 / tp. */
 static double zb_handoff_units(const PlanModel *pm, double tp, bool sp) {
   if (pm->nlt <= 0 || pm->d <= 0) return 25 / tp;
   double u = 0;
