@@ -54,6 +54,29 @@ static double zb_held_units(const PlanModel *pm, RecomputeKind r) {
   return 2 + (late - 2) * last / (pm->d * pm->d);
 }
 
+/* zb: what B hands W a layer (passes/pipe_split.c's hand-off: the values W's weight gradients read from B),
+ * in hidden states per token on a rank: each weight GEMM's output gradient, a column-parallel one's split by
+ * tp (its output features / tp: the QKV, the MLP's first GEMMs), a row-parallel one's whole (its output the
+ * hidden size, all-gathered over sp in B: the attention's output projection and the MLP's last GEMM, those
+ * read after the attention with d outputs), and under sp with tp a row-parallel GEMM's bias's gradient's
+ * sp slice besides (a tensor of d elements after it, not a matrix nor a norm's). Compiled (B's stacked
+ * outputs, `--dump-ir=after:pipe`): GPT-2 at tp 2+sp 7 / tp + 2 + 2 / tp, Llama-3-8B 8.5 / tp + 2; GPT-3 at
+ * tp 8 the 25 / tp this model counted for every model. Not found (no layer tensors): those 25 / tp. */
+static double zb_handoff_units(const PlanModel *pm, double tp, bool sp) {
+  if (pm->nlt <= 0 || pm->d <= 0) return 25 / tp;
+  double u = 0;
+  for (int i = 0; i < pm->nlt; i++) {
+    const PlanLayerTensor *t = &pm->lt[i];
+    if (!t->mat) continue;
+    bool row = !t->early && t->out == pm->d;
+    u += row ? 1 : t->out / pm->d / tp;
+    if (row && sp && tp > 1 && i + 1 < pm->nlt && !pm->lt[i + 1].mat && !pm->lt[i + 1].norm &&
+        pm->lt[i + 1].numel == pm->d)
+      u += 1 / tp;
+  }
+  return u;
+}
+
 void plan_model_free(PlanModel *pm) {
   pp_profiles_free(pm);
   if (pm->splits)
@@ -184,8 +207,10 @@ static bool layer_order(PlanModel *pm, const Module *m, const Graph *g, double r
           double numel = 1;
           for (int d = 1; d < p->out[0]->shape.rank; d++) numel *= logical_dim(m, p->out[0], d);
           seen[pm->nlt] = p;
-          pm->lt[pm->nlt++] = (PlanLayerTensor){numel, tp_known ? split_by_tp(p->out[0]) : p->out[0]->shape.rank >= 3,
-                                                p->out[0]->shape.rank >= 3, !attn};
+          bool mat = p->out[0]->shape.rank >= 3;
+          pm->lt[pm->nlt++] = (PlanLayerTensor){numel, mat ? logical_dim(m, p->out[0], p->out[0]->shape.rank - 1) : 0,
+                                                tp_known ? split_by_tp(p->out[0]) : mat, mat, !attn,
+                                                x->op == OP_RMSNORM || x->op == OP_LAYERNORM};
         }
       }
       if (pm->nlt > 0) return true;
@@ -592,11 +617,18 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       if (most_inf > 0) ulay = most_act / most_inf / (lst / c->v);
     }
     double H = pm->vocab / tp * d * cb;         /* the head's (embedding's) gradient of one */
-    /* zb: what B keeps for W besides the activations, the layers' output gradients (~25 hidden
-     * states per token and layer, split like the activations: GPT-3 at pp 16, 1.56 x recompute
-     * none's 16), and under recompute the GEMM inputs B's recompute made (zb_held_units) */
-    double su = 25 + (e->zbw_hold ? zb_held_units(pm, c->rec) : 0); /* (and what B's recompute made for W) */
-    double S = unit * (c->sp || tp == 1 ? su / tp : su / tp + 4 * (1 - 1 / tp)) * lst * ulay;
+    /* zb: what B keeps for W besides the activations, its hand-off (the weight GEMMs' output gradients:
+     * zb_handoff_units) and under recompute the GEMM inputs B's recompute made (zb_held_units) */
+    double held = e->zbw_hold ? zb_held_units(pm, c->rec) : 0; /* (what B's recompute made for W) */
+    double S = unit * (zb_handoff_units(pm, tp, c->sp) + held / tp) * lst * ulay;
+    /* full recompute: F kept the layer's input alone, and what B recomputed is freed after B, so a micro-batch
+     * awaiting W holds the input (W re-runs the first norm from it), not the forward's activations in flight
+     * under B (ACT_FULL_PP): its b loads count A less that (Llama-3-8B tp 2+sp pp 4: 1 + 9 + 12.5 hidden states
+     * / tp a layer, 720 MiB, as compiled) */
+    if (c->rec == RECOMPUTE_FULL)
+      S -= (per_layer - unit * (c->sp || tp == 1 ? act_units[RECOMPUTE_FULL] / tp
+                                                 : act_units[RECOMPUTE_FULL] / tp + act_rep_units[RECOMPUTE_FULL] * (1 - 1 / tp))) *
+           lst / c->v * ulay;
     A *= ulay;
     /* uneven stages without chunks: each stage's loads in flight priced with its own layers (spread over
      * every stage, the most loaded one's layers put the first stage's 16 micro-batches in flight at 8

@@ -35,7 +35,9 @@ typedef struct PpProfile PpProfile; /* a pipeline schedule's loads in flight (pl
 enum { PLAN_LAYER_TENSORS = 32 };
 typedef struct {
   double numel;               /* elements a layer */
+  double out;                 /* a matrix's output features (its last dimension), else 0 */
   bool split, mat, early;     /* split by tp; a matrix; read before the layer's attention */
+  bool norm;                  /* read by a norm (its gain or bias), not a GEMM's bias */
 } PlanLayerTensor;
 typedef struct {
   int layers;
