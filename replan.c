@@ -15,9 +15,7 @@
 #include "print.h"
 #include "zero.h"
 
-static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
 static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m);
-static void zbw_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m);
 
 /* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
  * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.wcopy_fit_*,
@@ -35,53 +33,34 @@ typedef struct {
   double defer_fit_cap;
   bool defer_fit_lost;
   bool as_is;
-  int64_t zbw_fit_total; /* Plan.zbw_fit_*: the plan with zb's W holding B's recomputed values (zbw_memory) */
+  int64_t zbw_fit_total; /* Plan.zbw_fit_*: the plan with zb's W holding B's recomputed values */
   double zbw_fit_cap;
+  bool zbw_fit_lost;
+  unsigned char auto_kept; /* Plan.auto_kept */
 } PlanInputs;
 
+/* Whether auto_memory's figures drop zb's W hold (passes/recompute.c: W recomputes, its times longer). */
+static bool zbw_dropped(const PlanInputs *io) {
+  return io->zbw_fit_lost || (io->zbw_fit_total > 0 && io->zbw_fit_cap > 0 && (double)io->zbw_fit_total > io->zbw_fit_cap);
+}
+
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io);
+static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, const PlanInputs *zbw);
 static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag, const PlanInputs *in);
 
-/* `zb_w auto` (passes/recompute.c): zb's W under recompute holds the GEMM inputs B's recompute made where
- * the plan with the hold fits the device, else it recomputes them from the forward's saved values. The plan
- * is compiled with the hold (and the other auto choices taken: the most memory) and its planned total per
- * rank and the device's memory go to the pass in Plan.zbw_fit_*; where the hold does not fit, zb's list
- * times are measured again without it (its W is longer). Nothing where no W holds anything, without a
- * device memory, or when the compile fails (the caller's own compile reports why). Its compile into arena
- * `check` (the caller's to free), the times into a. */
-static void zbw_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m) {
-  Plan *p = &m->plan;
-  if (p->zb_w != ZBW_AUTO || p->schedule != SCHED_ZB || p->recompute == RECOMPUTE_NONE || p->zbw_fit_total ||
-      memplan_capacity(m, NULL, 0) <= 0)
-    return;
-  FILE *null = fopen("/dev/null", "w");
-  if (!null) return;
-  PlanInputs in = {.sched_times = p->sched_times, .stage_fixed = p->stage_fixed, .stage_cap = p->stage_cap,
-                   .as_is = true};
-  Module *m0 = compile_as(r, check, kv, n, null, &in);
-  fclose(null);
-  double total = 0, cap = 0;
-  if (!m0 || !m0->memplan || !m0->zbw.held || m0->zbw.bytes <= 0) return;
-  bool fits = fit_plan_fits(m0, &total, &cap);
-  if (cap <= 0) return;
-  p->zbw_fit_total = (int64_t)total, p->zbw_fit_cap = cap;
-  if (!fits && p->sched_times) { /* W recomputes: its times again */
-    p->sched_times = NULL;
-    p->sched_times = zb_times(r, a, kv, n, m);
-  }
-}
-static void auto_memory_from(Replan *r, Arena *check, const char *const *kv, int n, Module *m, Module *first);
+static void auto_memory_from(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m, Module *first);
 
 /* The check compiles (stage_memory's, auto_memory's) in an arena of their own, freed once their figures are in
  * m->plan: a check compile is as large as the plan's own (Llama-3-405B pp 16 x cp 2: 1.6 GB each). Where
- * stage_memory decides no figures, its compile is auto_memory's first (the same inputs: the same module). */
+ * stage_memory decides no figures, its compile is auto_memory's first (the same inputs: the same module).
+ * zb's list times are measured with the auto choices all taken (zb_w auto: W holding), and again where
+ * auto_memory drops the hold (W recomputes: longer). */
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
-  m->plan.sched_times = zb_times(r, a, kv, n, m);
+  m->plan.sched_times = zb_times(r, a, kv, n, m, NULL);
   Arena check;
   arena_init(&check);
-  zbw_memory(r, a, &check, kv, n, m);
   Module *m0 = stage_memory(r, a, &check, kv, n, m);
-  auto_memory_from(r, &check, kv, n, m, m0);
+  auto_memory_from(r, a, &check, kv, n, m, m0);
   arena_free(&check);
 }
 
@@ -123,13 +102,14 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       m->plan.defer_fit_cap = in->defer_fit_cap;
       m->plan.zbw_fit_total = in->zbw_fit_total;
       m->plan.zbw_fit_cap = in->zbw_fit_cap;
+      m->plan.zbw_fit_lost = in->zbw_fit_lost;
+      m->plan.auto_kept = in->auto_kept;
       m->plan.wcopy_fit_lost = in->wcopy_fit_lost;
       m->plan.defer_fit_lost = in->defer_fit_lost;
     } else { /* their own quiet compiles, outside this one's diag (the copies' fit: below, from this one) */
-      m->plan.sched_times = zb_times(r, a, kv, n, m);
+      m->plan.sched_times = zb_times(r, a, kv, n, m, NULL);
       Arena check;
       arena_init(&check);
-      zbw_memory(r, a, &check, kv, n, m);
       stage_memory(r, a, &check, kv, n, m);
       arena_free(&check);
     }
@@ -140,16 +120,17 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
   }
   fflush(diag);
   diag_free(&quiet);
-  /* `weight_copy auto` / `defer_waits auto`: planned with both (where open), which this plan does not fit:
-   * planned again with the combination auto_memory picks (one compile where the plan fits) */
+  /* `weight_copy auto` / `defer_waits auto` / `zb_w auto`: planned with all (where open), which this plan does
+   * not fit: planned again with the combination auto_memory picks (one compile where the plan fits) */
   double total = 0, cap = 0;
   if (ok && !in && ((m->plan.weight_copy == WCOPY_AUTO && m->wcopy.persistent) ||
-                    (m->plan.defer_waits == DEFER_AUTO && m->defer.taken)) &&
+                    (m->plan.defer_waits == DEFER_AUTO && m->defer.taken) ||
+                    (m->plan.zb_w == ZBW_AUTO && m->zbw.held && m->zbw.bytes > 0)) &&
       !fit_plan_fits(m, &total, &cap) && cap > 0) {
     PlanInputs again = {.sched_times = m->plan.sched_times, .stage_fixed = m->plan.stage_fixed,
-                        .stage_cap = m->plan.stage_cap, .zbw_fit_total = m->plan.zbw_fit_total,
-                        .zbw_fit_cap = m->plan.zbw_fit_cap};
+                        .stage_cap = m->plan.stage_cap};
     auto_memory(r, a, kv, n, m, m, &again);
+    if (again.sched_times && zbw_dropped(&again)) again.sched_times = zb_times(r, a, kv, n, m, &again);
     return compile_as(r, a, kv, n, diag, &again);
   }
   return ok ? m : NULL;
@@ -181,63 +162,113 @@ static double step_of(Replan *r, const Module *m) {
 }
 
 /* The memory-dependent `auto` choices, made together (the one decision): `weight_copy auto` (the weights'
- * persistent bf16 copies, passes/wshadow.c) and `defer_waits auto` (the backward loops' scatter waits in
- * the next iteration, passes/zero_defer.c). The variants, in the order of their predicted speed: both
- * (where open), each alone, neither. The first is compiled (or is `first`, a compile of the plan with the
- * auto choices unmeasured: both taken) and kept where it fits the device (fit_plan_fits), one compile; where
- * it does not, each alone is compiled and the fitting one the cost model has faster (its compiled step) is
- * taken, else neither. The choice goes to the passes as the figures of the plan with each choice, in
- * io->wcopy_fit_* / defer_fit_* (the pass drops a choice whose figure is over the device's memory, or marked
- * lost, and says why in the memory report): a choice taken, the figure of the plan taken (it fits); a choice
- * dropped, that of the plan it was measured by: the first's where that one fits or only one choice is open;
- * where each alone was compiled, that alone's (its compile failing: the first's), marked lost where it fit
- * alone and the other alone was taken (faster). Nothing where neither is open, without a device memory, or
- * when a compile fails (the caller's own compile reports why). */
+ * persistent bf16 copies, passes/wshadow.c), `defer_waits auto` (the backward loops' scatter waits in the
+ * next iteration, passes/zero_defer.c) and `zb_w auto` (zb's W holding the GEMM inputs B's recompute made,
+ * passes/recompute.c): of the combinations that fit the device (fit_plan_fits), the one the cost model has
+ * fastest (its compiled step), each choice costing memory to save time. Compiled in turn, the fewest a
+ * plan needs: all taken (where open; `first`, a compile of the plan with the auto choices unmeasured, or
+ * compiled here), kept where it fits (one compile) or where only one choice is open (dropped where not);
+ * else each dropped alone (one compile each), the fastest of those that fit taken; else (three open, no
+ * one dropped fits) the ones keeping one choice, in the order of the step the singles predict (each
+ * choice's seconds lost and bytes saved, added), the first that fits taken; else none. The choice goes to
+ * the passes as the figures of the plan with each choice, in io->wcopy_fit_* / defer_fit_* / zbw_fit_* (the
+ * pass drops a choice whose figure is over the device's memory, or marked lost, and says why in the memory
+ * report): a choice taken, the figure of the plan taken (it fits); a choice dropped, that of the fastest
+ * compiled plan with it that fits, marked lost (io->auto_kept: what was kept instead), else that of the
+ * smallest compiled plan with it (over the device). Nothing where none is open, without a device memory,
+ * or when a compile fails (the caller's own compile reports why). */
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io) {
   const Plan *p = &m->plan;
-  bool open_c = p->weight_copy == WCOPY_AUTO && wshadow_may_persist(m),
-       open_d = p->defer_waits == DEFER_AUTO && p->zero >= 2 &&
-                !(m->mesh && !zero_defers_scatters(p->zero, zero_group(m->mesh).deg));
-  if (!open_c && !open_d) return;
+  bool open[3] = {p->weight_copy == WCOPY_AUTO && wshadow_may_persist(m),
+                  p->defer_waits == DEFER_AUTO && p->zero >= 2 &&
+                      !(m->mesh && !zero_defers_scatters(p->zero, zero_group(m->mesh).deg)),
+                  p->zb_w == ZBW_AUTO && p->schedule == SCHED_ZB && p->recompute != RECOMPUTE_NONE && m->mesh &&
+                      m->mesh->dim[RT_AX_PP] > 1};
+  if (!open[0] && !open[1] && !open[2]) return;
   enum { MAXKV = 64 };
-  if (n + 1 > MAXKV) return;
+  if (n + 3 > MAXKV) return;
   PlanInputs as_is = {.sched_times = io->sched_times, .stage_fixed = io->stage_fixed, .stage_cap = io->stage_cap,
-                      .as_is = true, .zbw_fit_total = io->zbw_fit_total, .zbw_fit_cap = io->zbw_fit_cap};
+                      .as_is = true};
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;
-  Module *m0 = first ? first : compile_as(r, a, kv, n, null, &as_is); /* auto without the figures: both */
-  double t0 = 0, cap = 0;
-  bool c0 = m0 && m0->memplan && open_c && m0->wcopy.persistent, d0 = m0 && m0->memplan && open_d && m0->defer.taken;
-  bool fits = (c0 || d0) && fit_plan_fits(m0, &t0, &cap);
-  if ((!c0 && !d0) || cap <= 0) {
+  Module *m0 = first ? first : compile_as(r, a, kv, n, null, &as_is); /* auto without the figures: all taken */
+  unsigned full = 0;
+  if (m0 && m0->memplan)
+    full = (open[0] && m0->wcopy.persistent ? AUTO_MEM_COPIES : 0) | (open[1] && m0->defer.taken ? AUTO_MEM_DEFER : 0) |
+           (open[2] && m0->zbw.held && m0->zbw.bytes > 0 ? AUTO_MEM_HOLD : 0);
+  /* the compiled variants: [0] all taken; keep: the choices taken (AUTO_MEM_* bits) */
+  struct { unsigned keep; bool fits; double total, step; } v[8];
+  double cap = 0;
+  int nv = 1, pick = -1; /* -1: none kept */
+  v[0].keep = full, v[0].fits = full && fit_plan_fits(m0, &v[0].total, &cap), v[0].step = 0;
+  if (!full || cap <= 0) {
     fclose(null);
     return;
   }
-  if (fits || !(c0 && d0)) { /* the first taken where it fits; one choice open: without it */
-    if (c0) io->wcopy_fit_total = (int64_t)t0, io->wcopy_fit_cap = cap;
-    if (d0) io->defer_fit_total = (int64_t)t0, io->defer_fit_cap = cap;
-    fclose(null);
-    return;
+  static const char *const drop[3] = {"weight_copy=per_layer", "defer_waits=off", "zb_w=recompute"};
+  int nfull = (full & 1) + (full >> 1 & 1) + (full >> 2 & 1);
+  /* a variant keeping `keep`: compiled, measured, appended; its index (-1: the compile failed) */
+#define VARIANT(keep_)                                                                                       \
+  do {                                                                                                       \
+    const char *kv2[MAXKV];                                                                                  \
+    int n2 = n;                                                                                              \
+    for (int i = 0; i < n; i++) kv2[i] = kv[i];                                                              \
+    unsigned off_ = full & ~(keep_); /* (before the loop: keep_ may name an outer k) */                      \
+    for (int c_ = 0; c_ < 3; c_++)                                                                           \
+      if (off_ >> c_ & 1u) kv2[n2++] = drop[c_];                                                             \
+    Module *mk = compile_as(r, a, kv2, n2, null, &as_is);                                                    \
+    if (mk && mk->memplan) {                                                                                 \
+      double c2 = 0;                                                                                         \
+      v[nv].keep = (keep_), v[nv].fits = fit_plan_fits(mk, &v[nv].total, &c2);                               \
+      v[nv].step = v[nv].fits || nfull == 3 ? step_of(r, mk) : 0;                                            \
+      nv++;                                                                                                  \
+    }                                                                                                        \
+  } while (0)
+  if (v[0].fits) pick = 0;
+  else if (nfull > 1) {
+    for (int k = 0; k < 3; k++)
+      if (full >> k & 1u) VARIANT(full & ~(1u << k));
+    for (int i = 1; i < nv; i++)
+      if (v[i].fits && (pick < 0 || v[i].step < v[pick].step)) pick = i;
+    if (pick < 0 && nfull == 3 && nv == 4) { /* keep one: in the order of the singles' predicted step */
+      v[0].step = step_of(r, m0);
+      double lost[3] = {0, 0, 0}, pred[3];
+      for (int i = 1; i < nv; i++)
+        for (int k = 0; k < 3; k++)
+          if (!(v[i].keep >> k & 1u)) lost[k] = v[i].step - v[0].step;
+      for (int j = 0; j < 3; j++) pred[j] = lost[0] + lost[1] + lost[2] - lost[j];
+      for (int t = 0; t < 3 && pick < 0; t++) {
+        int j = 0;
+        for (int k = 1; k < 3; k++)
+          if (pred[k] < pred[j]) j = k;
+        pred[j] = 1e300;
+        int before = nv;
+        VARIANT(1u << j);
+        if (nv > before && v[before].fits) pick = before;
+      }
+    }
   }
-  /* both open, the plan with both over the device: each alone, [0] the copies, [1] the deferred waits */
-  static const char *const without[2] = {"defer_waits=off", "weight_copy=per_layer"};
-  double total[2] = {0, 0}, step[2] = {0, 0};
-  bool ok[2] = {false, false};
-  for (int k = 0; k < 2; k++) {
-    const char *kv2[MAXKV];
-    for (int i = 0; i < n; i++) kv2[i] = kv[i];
-    kv2[n] = without[k];
-    Module *mk = compile_as(r, a, kv2, n + 1, null, &as_is);
-    if (!mk || !mk->memplan) continue;
-    ok[k] = fit_plan_fits(mk, &total[k], &cap);
-    if (ok[k]) step[k] = step_of(r, mk);
-  }
+#undef VARIANT
   fclose(null);
-  int pick = ok[0] && (!ok[1] || step[0] <= step[1]) ? 0 : ok[1] ? 1 : -1; /* -1: neither fits alone */
-  io->wcopy_fit_total = (int64_t)(total[0] > 0 ? total[0] : t0); /* (pick k: ok[k], its total fits) */
-  io->defer_fit_total = (int64_t)(total[1] > 0 ? total[1] : t0);
-  io->wcopy_fit_lost = pick == 1 && ok[0], io->defer_fit_lost = pick == 0 && ok[1];
-  io->wcopy_fit_cap = io->defer_fit_cap = cap;
+  unsigned kept = pick >= 0 ? v[pick].keep : 0;
+  int64_t *total[3] = {&io->wcopy_fit_total, &io->defer_fit_total, &io->zbw_fit_total};
+  double *capk[3] = {&io->wcopy_fit_cap, &io->defer_fit_cap, &io->zbw_fit_cap};
+  bool *lost[3] = {&io->wcopy_fit_lost, &io->defer_fit_lost, &io->zbw_fit_lost};
+  for (int k = 0; k < 3; k++) {
+    if (!(full >> k & 1u)) continue;
+    int by = -1; /* the plan its figure is from */
+    if (kept >> k & 1u) by = pick;
+    else {
+      for (int i = 0; i < nv; i++) /* the fastest that fits with it */
+        if (v[i].keep >> k & 1u && v[i].fits && (by < 0 || v[i].step < v[by].step)) by = i;
+      *lost[k] = by >= 0;
+      if (by < 0)
+        for (int i = 0; i < nv; i++) /* the smallest with it */
+          if (v[i].keep >> k & 1u && (by < 0 || v[i].total < v[by].total)) by = i;
+    }
+    *total[k] = (int64_t)v[by].total, *capk[k] = cap;
+  }
+  io->auto_kept = (unsigned char)kept;
 }
 
 Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag) {
@@ -274,14 +305,15 @@ static bool instr_sums(Replan *r, Module *m0, int pp, double *t, int *cnt) {
  * (its memory weighs them). The compiles are pp x the micro-batches long, not pp x M (GPT-3 at pp 32,
  * 192 micro-batches: 32 and 64 instructions a kind, not 6,144). NULL (equal times) without a zb
  * pipeline, or when a compile fails (the caller's own compile reports why). */
-static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m) {
-  if (m->plan.schedule != SCHED_ZB || !m->mesh || m->mesh->dim[RT_AX_PP] < 2 || m->plan.sched_times) return NULL;
+static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, const PlanInputs *zbw) {
+  if (m->plan.schedule != SCHED_ZB || !m->mesh || m->mesh->dim[RT_AX_PP] < 2 || (m->plan.sched_times && !zbw))
+    return NULL;
   enum { MAXKV = 64, MAXPP = 64 };
   int pp = m->mesh->dim[RT_AX_PP];
   int64_t M = m->batch.accum, lo = m->plan.stage_balanced ? (M < pp ? M : pp) : 1, hi = lo < M ? lo + 1 : lo;
   if (n + 2 > MAXKV || pp > MAXPP) return NULL;
-  PlanInputs equal = {0}; /* (zb_w auto: as zbw_memory decided) */
-  equal.zbw_fit_total = m->plan.zbw_fit_total, equal.zbw_fit_cap = m->plan.zbw_fit_cap;
+  PlanInputs equal = {0}; /* (zb_w auto: W holding, or as auto_memory decided it: zbw) */
+  if (zbw) equal.zbw_fit_total = zbw->zbw_fit_total, equal.zbw_fit_cap = zbw->zbw_fit_cap, equal.zbw_fit_lost = zbw->zbw_fit_lost;
   double sum[2][3 * MAXPP];
   int cnt[2][3 * MAXPP];
   for (int j = 0; j < (hi > lo ? 2 : 1); j++) {
@@ -321,8 +353,7 @@ static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const
     return NULL;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return NULL;
-  PlanInputs in = {.sched_times = m->plan.sched_times, .zbw_fit_total = m->plan.zbw_fit_total,
-                   .zbw_fit_cap = m->plan.zbw_fit_cap};
+  PlanInputs in = {.sched_times = m->plan.sched_times};
   Module *m0 = compile_as(r, check, kv, n, null, &in);
   fclose(null);
   double cap = m0 ? memplan_capacity(m0, NULL, 0) : 0;
@@ -335,24 +366,26 @@ static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const
   return m0;
 }
 
-/* replan_auto_memory, its compiles into arena `check` (the caller's to free); first (NULL: none): a compile
- * with m's inputs as they are (stage_memory's), taken for auto_memory's first. */
-static void auto_memory_from(Replan *r, Arena *check, const char *const *kv, int n, Module *m, Module *first) {
+/* replan_auto_memory, its compiles into arena `check` (the caller's to free), zb's times again into a where it
+ * drops the hold; first (NULL: none): a compile with m's inputs as they are (stage_memory's), taken for
+ * auto_memory's first. */
+static void auto_memory_from(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m, Module *first) {
   Plan *p = &m->plan;
-  if (p->wcopy_fit_total || p->defer_fit_total || memplan_capacity(m, NULL, 0) <= 0) return;
-  PlanInputs io = {.sched_times = p->sched_times, .stage_fixed = p->stage_fixed, .stage_cap = p->stage_cap,
-                   .zbw_fit_total = p->zbw_fit_total, .zbw_fit_cap = p->zbw_fit_cap};
+  if (p->wcopy_fit_total || p->defer_fit_total || p->zbw_fit_total || memplan_capacity(m, NULL, 0) <= 0) return;
+  PlanInputs io = {.sched_times = p->sched_times, .stage_fixed = p->stage_fixed, .stage_cap = p->stage_cap};
   auto_memory(r, check, kv, n, m, first, &io);
   p->wcopy_fit_total = io.wcopy_fit_total, p->wcopy_fit_cap = io.wcopy_fit_cap;
   p->defer_fit_total = io.defer_fit_total, p->defer_fit_cap = io.defer_fit_cap;
-  p->wcopy_fit_lost = io.wcopy_fit_lost, p->defer_fit_lost = io.defer_fit_lost;
+  p->zbw_fit_total = io.zbw_fit_total, p->zbw_fit_cap = io.zbw_fit_cap;
+  p->wcopy_fit_lost = io.wcopy_fit_lost, p->defer_fit_lost = io.defer_fit_lost, p->zbw_fit_lost = io.zbw_fit_lost;
+  p->auto_kept = io.auto_kept;
+  if (p->sched_times && zbw_dropped(&io)) p->sched_times = zb_times(r, a, kv, n, m, &io); /* W recomputes */
 }
 
 void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
-  (void)a; /* (its compiles are dropped once measured) */
   Arena check;
   arena_init(&check);
-  auto_memory_from(r, &check, kv, n, m, NULL);
+  auto_memory_from(r, a, &check, kv, n, m, NULL);
   arena_free(&check);
 }
 

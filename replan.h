@@ -26,8 +26,9 @@ typedef struct {
 } Replan;
 
 /* The source compiled again with the overrides kv[0..n) ("key=value") into arena a, its plan's
- * inputs decided (replan_inputs; `weight_copy auto` and `defer_waits auto` from this compile: planned
- * again with the combination replan_auto_memory's rule picks where the plan with both does not fit), planned (pipeline_run, no
+ * inputs decided (replan_inputs; `weight_copy auto`, `defer_waits auto` and `zb_w auto` from this compile:
+ * planned again with the combination replan_auto_memory's rule picks where the plan with all does not fit),
+ * planned (pipeline_run, no
  * per-pass verify), its diagnostics written to diag; NULL when it did not compile. The error count
  * is reset after. */
 Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag);
@@ -37,11 +38,13 @@ Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *
  * go to an arena of their own, freed before it returns (the figures stay in a); the split's is
  * replan_auto_memory's first where it sets no figures (the same inputs). */
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
-/* `weight_copy auto` (passes/wshadow.c) and `defer_waits auto` (passes/zero_defer.c), part of
- * replan_inputs: chosen together against the device's memory (replan.c, auto_memory): the plan with both
- * compiled quietly and kept where it fits; else each alone, the fitting one the cost model has faster,
- * else neither. The figures into m->plan (wcopy_fit_*, defer_fit_*), from which m's own compile takes
- * them. Nothing where neither is open, or without a device memory. */
+/* `weight_copy auto` (passes/wshadow.c), `defer_waits auto` (passes/zero_defer.c) and `zb_w auto`
+ * (passes/recompute.c), part of replan_inputs: chosen together against the device's memory (replan.c,
+ * auto_memory): the plan with all compiled quietly and kept where it fits; else each dropped alone, the
+ * fitting one the cost model has faster; else (three open) those keeping one, in the singles' predicted
+ * order, the first that fits; else none. The figures into m->plan (wcopy_fit_*, defer_fit_*, zbw_fit_*,
+ * auto_kept), from which m's own compile takes them; zb's list times measured again where the hold is
+ * dropped. Nothing where none is open, or without a device memory. */
 void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
 /* The fit check's re-plan (FitReplan): the memory plan's total with the overrides, -1 when it does
  * not compile. ctx: a Replan. */

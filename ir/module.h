@@ -112,12 +112,17 @@ typedef struct {
   bool defer_fit_lost;
   /* `zb_w auto | hold | recompute`: under schedule zb and recompute, whether W takes the weight-gradient
    * GEMMs' inputs B's recompute made, held from B to W, or recomputes them from the forward's saved values
-   * (passes/recompute.c). auto: hold where the plan with the hold fits the device, as the driver measured
-   * it (replan.c, zbw_memory): the planned total per rank with the hold and the device's memory (0: not
-   * measured) */
+   * (passes/recompute.c). auto: decided by the driver with `weight_copy auto` and `defer_waits auto`
+   * (replan.c, auto_memory): the planned total per rank of the plan with the hold (as for wcopy_fit_total)
+   * and the device's memory (0: not measured), zbw_fit_lost as wcopy_fit_lost (a plan with the hold fits,
+   * and one without it that fits is faster) */
   enum { ZBW_AUTO, ZBW_HOLD, ZBW_RECOMPUTE } zb_w;
   int64_t zbw_fit_total;
   double zbw_fit_cap;
+  bool zbw_fit_lost;
+  /* the memory-dependent auto choices the driver kept where it dropped one that fit on speed (a *_fit_lost):
+   * AUTO_MEM_* bits, for the memory report's why (fit_auto_kept) */
+  unsigned char auto_kept;
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
    * them; with `schedule interleaved(v: V)` pp counts, each stage's, or pp x V, each virtual stage's);
    * nstage_layers 0: none written, every stage gets L / pp */

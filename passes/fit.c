@@ -252,3 +252,11 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx) {
   if (lk) note("not implemented yet, so not planned: %s (ir/plan_options.c)", later);
   return false;
 }
+
+const char *fit_auto_kept(Module *m, unsigned kept) {
+  static const char *const name[3] = {"the persistent weight copies", "the deferred waits", "the zb W hold"};
+  const char *s = NULL;
+  for (int k = 0; k < 3; k++)
+    if (kept >> k & 1u) s = s ? arena_printf(m->arena, "%s and %s", s, name[k]) : name[k];
+  return s ? s : "the others";
+}

@@ -30,4 +30,10 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx);
  * trainer checks at start instead, and a GPU topology to plan against. Nothing otherwise. */
 void fit_note_target(const Module *m);
 
+/* The memory-dependent auto choices the driver decides together (replan.c, auto_memory), as Plan.auto_kept's
+ * bits; fit_auto_kept: those of `kept` named for the memory report ("the persistent weight copies", "the
+ * deferred waits", "the zb W hold", joined with "and"), in m's arena. */
+enum { AUTO_MEM_COPIES = 1, AUTO_MEM_DEFER = 2, AUTO_MEM_HOLD = 4 };
+const char *fit_auto_kept(Module *m, unsigned kept);
+
 #endif

@@ -776,15 +776,24 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
    * them, as the search holds it to the capacity (plan_ana_frag) */
   int want = base->plan.defer_waits;
   bool may = zero_defers_scatters(c->zero, c->dp * c->cp), dz = may && zero_defer_taken(want, 0, 0, false);
-  /* zb's W under recompute as the driver decides it (replan.c, zbw_memory): `zb_w` as the base has it, auto
-   * holding where the plan with the hold (and the other auto choices) is within the capacity */
+  /* zb's W under recompute as the driver decides it with the deferred waits (replan.c, auto_memory): `zb_w` as
+   * the base has it; auto choices taken where the estimate with them is within the capacity, else each
+   * dropped alone, the faster of those within it, else both dropped */
   bool hold = base->plan.zb_w != ZBW_RECOMPUTE;
   estimate(pm, base, dev, c, NULL, dz, hold, e);
-  if (hold && base->plan.zb_w == ZBW_AUTO && c->sched == SCHED_ZB && c->rec != RECOMPUTE_NONE && pm->capacity > 0 &&
-      e->total * plan_ana_frag(c->pp) > pm->capacity)
-    estimate(pm, base, dev, c, NULL, dz, hold = false, e);
-  if (e->defer && !zero_defer_taken(want, e->total * plan_ana_frag(c->pp), pm->capacity, false))
-    estimate(pm, base, dev, c, NULL, false, hold, e);
+  bool open_h = hold && base->plan.zb_w == ZBW_AUTO && c->sched == SCHED_ZB && c->rec != RECOMPUTE_NONE && c->pp > 1,
+       open_d = e->defer && want == DEFER_AUTO;
+  double cap = pm->capacity, frag = plan_ana_frag(c->pp);
+  if ((open_h || open_d) && cap > 0 && e->total * frag > cap) {
+    PlanEstimate eh, ed; /* without the hold, without the deferred waits */
+    bool fh = false, fd = false;
+    if (open_h) estimate(pm, base, dev, c, NULL, e->defer, false, &eh), fh = eh.total * frag <= cap;
+    if (open_d) estimate(pm, base, dev, c, NULL, false, hold, &ed), fd = ed.total * frag <= cap;
+    if (open_h && open_d && !fh && !fd) estimate(pm, base, dev, c, NULL, false, hold = false, e);
+    else if (fh && (!fd || eh.step_s <= ed.step_s)) *e = eh, hold = false;
+    else if (fd || !open_h) *e = ed;
+    else *e = eh, hold = false;
+  }
   int64_t n[RT_MAX_STAGES];
   if (!c->bal || !plan_model_balance(pm, c, e, n, NULL)) return;
   estimate(pm, base, dev, c, n, e->defer, hold, e);

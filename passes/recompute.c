@@ -43,8 +43,9 @@
  * made is yielded stacked by B and read by W, held from B to W (the memory plan's interval), but for
  * cheap ops (elementwise, copies, rope, norms) whose inputs W has without holding more, which W re-runs:
  * W runs no forward GEMM, attention or collective. `zb_w auto | hold | recompute` (plan option) chooses:
- * auto holds where the plan with the hold fits the device (replan.c's zbw_memory measured it: Plan.zbw_fit_*),
- * else W recomputes from the forward's saved values as any backward; the memory report says which (Module.zbw).
+ * auto holds where the driver keeps it (replan.c's auto_memory, with `weight_copy auto` and `defer_waits auto`:
+ * the fastest plan that fits; Plan.zbw_fit_*), else W recomputes from the forward's saved values as any
+ * backward; the memory report says which and why (Module.zbw).
  *
  * Where: after `shard` and `buckets`, before `fuse` and `memplan`. It must see the backward
  * graph (autodiff made the residuals), and it works on the per-rank program, so a clone is
@@ -57,6 +58,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "fit.h"
 #include "passes.h"
 #include "plan_options.h"
 #include "ptrmap.h"
@@ -600,9 +602,10 @@ bool pass_recompute(Module *m) {
   const Plan *p = &m->plan;
   memset(&m->zbw, 0, sizeof m->zbw);
   /* zb's W under recompute (from_b): held where `zb_w hold`, or auto where the plan with the hold fits the
-   * device as the driver measured it (replan.c, zbw_memory), else recomputed from the forward's saved values */
+   * device and no plan without it that fits is faster, as the driver decided it with the other memory-dependent
+   * auto choices (replan.c, auto_memory), else recomputed from the forward's saved values */
   bool unfit = p->zbw_fit_total > 0 && p->zbw_fit_cap > 0 && (double)p->zbw_fit_total > p->zbw_fit_cap;
-  m->zbw.held = p->zb_w == ZBW_HOLD || (p->zb_w == ZBW_AUTO && !unfit);
+  m->zbw.held = p->zb_w == ZBW_HOLD || (p->zb_w == ZBW_AUTO && !unfit && !p->zbw_fit_lost);
   int nw = recompute_graph(p->recompute, m->target == TARGET_CUDA && fuse_on(m, FUSE_SWIGLU), m->graph, m);
   if (!nw || p->recompute == RECOMPUTE_NONE) {
     if (p->zb_w != ZBW_AUTO) { /* written, and no W recomputes anything: refused, not ignored */
@@ -621,6 +624,11 @@ bool pass_recompute(Module *m) {
   else if (unfit)
     m->zbw.why = arena_printf(m->arena, "the plan with the hold needs %.1f MiB per rank, over the device's %.1f MiB",
                               (double)p->zbw_fit_total / mib, p->zbw_fit_cap / mib);
+  else if (p->zbw_fit_lost)
+    m->zbw.why = arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with the hold, of the device's %.1f MiB; "
+                              "not with %s too, which %s the cost model has faster", (double)p->zbw_fit_total / mib,
+                              p->zbw_fit_cap / mib, fit_auto_kept(m, p->auto_kept),
+                              p->auto_kept & (p->auto_kept - 1) ? "together" : "alone");
   else if (p->zbw_fit_total > 0)
     m->zbw.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with the hold, of the device's %.1f MiB",
                               (double)p->zbw_fit_total / mib, p->zbw_fit_cap / mib);

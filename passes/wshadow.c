@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "fit.h"
 #include "passes.h"
 #include "zero.h"
 
@@ -141,8 +142,9 @@ bool pass_wshadow(Module *m) {
                                 mib(p->wcopy_fit_cap));
   else if (p->wcopy_fit_lost)
     m->wcopy.why = arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with it, of the device's %.1f MiB; "
-                                "not with the deferred waits too, which alone the cost model has faster",
-                                mib((double)p->wcopy_fit_total), mib(p->wcopy_fit_cap));
+                                "not with %s too, which %s the cost model has faster", mib((double)p->wcopy_fit_total),
+                                mib(p->wcopy_fit_cap), fit_auto_kept(m, p->auto_kept),
+                                p->auto_kept & (p->auto_kept - 1) ? "together" : "alone");
   else if (p->wcopy_fit_total > 0)
     m->wcopy.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with it, of the device's %.1f MiB",
                                 mib((double)p->wcopy_fit_total), mib(p->wcopy_fit_cap));

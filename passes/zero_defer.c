@@ -37,6 +37,7 @@
 
 #include "commreport.h"
 #include "diag.h"
+#include "fit.h"
 #include "memplan.h"
 #include "passes.h"
 #include "plan_options.h"
@@ -285,8 +286,9 @@ bool pass_zero_defer(Module *m) {
                                 mib((double)p->defer_fit_total), mib(p->defer_fit_cap));
   else if (p->defer_fit_lost)
     m->defer.why = arena_printf(m->arena, "they fit alone: %.1f MiB per rank planned with them, of the device's "
-                                "%.1f MiB; not with the persistent weight copies too, which alone the cost model has faster",
-                                mib((double)p->defer_fit_total), mib(p->defer_fit_cap));
+                                "%.1f MiB; not with %s too, which %s the cost model has faster",
+                                mib((double)p->defer_fit_total), mib(p->defer_fit_cap), fit_auto_kept(m, p->auto_kept),
+                                p->auto_kept & (p->auto_kept - 1) ? "together" : "alone");
   else if (p->defer_fit_total > 0)
     m->defer.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with them, of the device's %.1f MiB",
                                 mib((double)p->defer_fit_total), mib(p->defer_fit_cap));

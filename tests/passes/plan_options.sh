@@ -124,7 +124,7 @@ expect_stdout=1 expect 0 "deferred waits             199936 B         0.19 MiB  
 sed 's/^  dp auto$/  dp auto\n  zero 1\n  defer_waits on/' models/tiny.model >"$tmp/dw.model"
 expect 1 "$tmp/dw.model:25:3: error: \`defer_waits on\`: $dwhat no ZeRO-2/3" "   25 |   defer_waits on" "      |   ^" -- plan "$tmp/dw.model" --world 2
 expect 1 "error: \`defer_waits\` needs one of auto, on or off, got \`always\`" -- plan models/tiny.model --world 2 -D zero=2 -D defer_waits=always
-# zb_w (passes/recompute.c, replan.c's zbw_memory): tiny 8 layers pp 4 x 8 zb under full recompute, W holding the
+# zb_w (passes/recompute.c, replan.c's auto_memory): tiny 8 layers pp 4 x 8 zb under full recompute, W holding the
 # GEMM inputs B's recompute made: 196,608 B a micro-batch, 4.4 MiB per rank planned, 3.7 MiB with W recomputing them.
 # On a 4 MiB device `auto` recomputes, says why, and fits; `hold` there does not fit (the fit check offers
 # -D zb_w=recompute); on 8 GiB auto holds and says it fits. Written where no W recomputes (recompute none, no zb):
@@ -170,5 +170,23 @@ expect_stdout=1 expect 1 "#   total                     3938880 B" "$bl: the pla
 expect_stdout=1 expect 0 "#   total                     2685248 B" "$bw: it fits: 2.6 MiB per rank planned with it, of the device's 2.7 MiB" \
   "$dw in their own iteration: they fit alone: 2.7 MiB per rank planned with them, of the device's 2.7 MiB; not with the persistent weight copies too, which alone the cost model has faster" \
   -- "${bf[@]}" -D recompute=full --topology "$tmp/b2m74.topo"
-[ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy and defer_waits decided (together) and refused"
+# zb_w joins them (one decision, replan.c's auto_memory): tiny 4 layers pp 2 x dp 2, zero 2, zb under full recompute,
+# bf16 on the CUDA target against an A100's figures (p4d): 6,547,456 B per rank with the hold and the deferred
+# waits, 6,413,056 with the hold alone (4.58 ms a step by the cost model), 5,302,272 with the deferred waits alone
+# (4.76 ms: W recomputes, 402 us against 280). On 6.2 MiB (6,501,171 B) each alone fits and the hold is faster:
+# kept, the deferred waits dropped (was: the hold dropped first, alone, and the deferred waits kept: 4.76 ms); on
+# 6.0 MiB only the deferred waits alone fit.
+zd=(plan models/tiny.model --target cuda -D precision=bf16 -D zero=2 -D dp=2 -D pp=2 -D layers=4 -D microbatches=4 -D schedule=zb -D recompute=full --world 4)
+for mem in 6.2:6m2 6.0:6m0; do
+  sed "s/memory 40 GiB/memory ${mem%%:*} MiB/; s/topology p4d_x1/topology p4d_${mem##*:}/" models/topo/p4d-x1.topo >"$tmp/z${mem##*:}.topo"
+done
+expect_stdout=1 expect 0 "#   total                     6413056 B" \
+  "zb W inputs                786432 B         0.75 MiB  a micro-batch's (in activations): $zh: it fits: 6.1 MiB per rank planned with the hold, of the device's 6.2 MiB" \
+  "$dw in their own iteration: they fit alone: 5.1 MiB per rank planned with them, of the device's 6.2 MiB; not with the zb W hold too, which alone the cost model has faster" \
+  -- "${zd[@]}" --topology "$tmp/z6m2.topo"
+expect_stdout=1 expect 0 "#   total                     5302272 B" \
+  "zb W inputs                     0 B         0.00 MiB  none held: W recomputes its weight-gradient GEMMs' inputs from the forward's saved values (the forward's GEMMs and attention again): the plan with the hold needs 6.1 MiB per rank, over the device's 6.0 MiB" \
+  "$dw in the next iteration, their f32 inputs held through the body: it fits: 5.1 MiB per rank planned with them, of the device's 6.0 MiB" \
+  -- "${zd[@]}" --topology "$tmp/z6m0.topo"
+[ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy, defer_waits and zb_w decided (together) and refused"
 exit $status
