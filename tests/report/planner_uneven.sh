@@ -19,7 +19,9 @@
 #     faster than its best fit: they are compiled to check (marked `~`; they do not fit compiled, 10.9 MiB,
 #     the model's zb memory 0.91 of it), and row 1 is a compiled fit within 9.9 MiB. (On 12.5 MiB, while the
 #     model's zb memory was 1.14-1.17 of the compiled — what B hands W counted as 25 hidden states / tp —
-#     they were over by the model and fit compiled; docs/planner.md, "zb's hold from B to W".)
+#     they were over by the model and fit compiled; docs/planner.md, "zb's hold from B to W".) And the other
+#     way: on 8 MiB with `1f1b` pinned the `rc none` plans are over by the model (1.2 x the compiled) and fit
+#     as compiled: confirmed by compiling (~), row 1.
 #  f. the model against the compiled plans where it was off (docs/planner.md, "The backward loops' waits and
 #     Meta's plan"): Llama-3-405B pp 1 ZeRO-3, whose backward layer loops wait at each iteration's end for the
 #     layer's reduce-scatters (`dp 256 tp 8+sp ... mb 8`: a packed run's slices; `dp 1024 tp 2 ... mb 1`, 2
@@ -106,6 +108,18 @@ echo "$arow" | awk '{ for (i = 1; i <= NF; i++) if ($i == "MiB") { exit !($(i - 
 row1=$(echo "$out" | sed '/^# analytic ranking vs compiled/,$d' | grep -E '^# +1  dp ' | head -1)
 echo "$row1" | awk '{ for (i = 1; i <= NF; i++) if ($i == "MiB") { exit !($(i - 1) <= 9.9) } exit 1 }' ||
   bad "tiny on 9.9 MiB: row 1 is not a compiled fit within 9.9 MiB: $row1"
+
+# c. (and) a candidate over the capacity by the model that fits as compiled: tiny on 8 MiB, `1f1b` pinned,
+# where the model's 1f1b rc none memory is 1.2 x the compiled: confirmed by compiling (~) and row 1
+sed 's/memory 8 GiB/memory 8 MiB/; s/topology cpu/topology cpu_8m/' models/topo/cpu.topo >"$tmp/8m.topo"
+out=$("$shardc" plan "${tiny[@]}" -D pp=2 -D pp_layers=balanced -D schedule=1f1b -D micro_batch=4 -D dp=2 -D tp=1 \
+  --topology "$tmp/8m.topo" --search --top 4 2>&1) || bad "tiny on 8 MiB: the search failed: $out"
+crow=$(echo "$out" | sed -n '/^# analytic ranking vs compiled/,$p' | grep -E '^# +[0-9]+.? +dp .* rc none mb 4 .*fits \(~: over the capacity by the model, confirmed by compiling\)$' | head -1)
+[ -n "$crow" ] || bad "tiny on 8 MiB: no row over the capacity by the model and confirmed by compiling: $out"
+echo "$crow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "MiB") m[++n] = $(i - 1); exit !(n == 2 && m[1] * 1.011 > 8 && m[2] <= 8) }' ||
+  bad "tiny on 8 MiB: the ~ row is not over by the model and within 8 MiB compiled: $crow"
+row1=$(echo "$out" | sed '/^# analytic ranking vs compiled/,$d' | grep -E '^# +1  dp ' | head -1)
+echo "$row1" | grep -q ' rc none mb 4 .* fastest ~$' || bad "tiny on 8 MiB: row 1 is not the confirmed ~ plan: $row1"
 
 # b. Llama-3-405B: its own plan fits; the search ranks pp 16 with balanced stages
 own=$("$shardc" plan models/llama3-405b.model --target cuda 2>&1) || bad "llama3-405b: plan failed: $(echo "$own" | grep error)"
