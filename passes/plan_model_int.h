@@ -1,5 +1,5 @@
-/* passes/plan_model_int.h — what plan_model.c, plan_model_pp.c (the pipeline schedules' profiles) and
- * plan_model_zero.c (ZeRO's dp collectives) share; not for other passes. */
+/* passes/plan_model_int.h — what plan_model.c, plan_model_pp.c (the pipeline schedules' profiles, zb's
+ * hand-off, the balanced split) and plan_model_zero.c (ZeRO's dp collectives) share; not for other passes. */
 #pragma once
 
 #include "plan_model.h"
@@ -37,6 +37,11 @@ double pp_round(double x);
 const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
                          const double *list_key, const PpProfile **prof, bool play);
 void pp_profiles_free(PlanModel *pm);
+void pp_splits_free(PlanModel *pm);
+/* zb: what B hands W a layer, in hidden states per token on a rank (tp, sp as the plan has them), and
+ * under recompute r what B's recompute made that W reads (plan_model_pp.c says how each is counted). */
+double zb_handoff_units(const PlanModel *pm, double tp, bool sp);
+double zb_held_units(const PlanModel *pm, RecomputeKind r);
 
 /* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
 static inline double ring_s(double bytes, double factor, int n, double bw, double lat) {

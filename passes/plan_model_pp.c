@@ -1,11 +1,13 @@
 /* passes/plan_model_pp.c — the plan model's pipeline schedules: the lists the pipe pass makes,
- * played with a candidate's stage times (its bubble and span), and their loads in flight. */
+ * played with a candidate's stage times (its bubble and span), and their loads in flight; zb's
+ * hand-off from B to W; the balanced split of the layers over the stages (plan_model_balance). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
 #include "plan_model_int.h"
+#include "plan_search.h"
 
 /* ---- the pipeline's memory in flight, from the schedule the compiler unrolls ----------------
  * passes/pipe.c runs the schedule's instructions in pipe_sched_check's order; each stage's
@@ -223,4 +225,111 @@ void pp_profiles_free(PlanModel *pm) {
     free(p);
   }
   pm->profiles = NULL;
+}
+
+/* ---- zb: what B hands W and what B's recompute made for W, per layer --------------------------------- */
+
+/* zb under recompute: what B's recompute made that W reads, held from B to W (passes/recompute.c, from_b),
+ * in hidden states per token and layer: full, the inputs of the weight-gradient GEMMs W does not re-run
+ * from the layer's input (the first norm it does): attention's output and the second norm's, and what
+ * makes the MLP's last GEMM's input (gated: the activated gate and the up projection, 2 x ffn; else the
+ * first GEMM's output, ffn; ffn from the layer's last matrix, read after attention); selective:
+ * attention's output (its other GEMM inputs F keeps). Compiled, pp 2 x 2 layers: tiny 6 (d 64, ffn 256),
+ * the Llama-shaped 2 + 2 x 1.5 (d 64, ffn 96), as these give. */
+double zb_held_units(const PlanModel *pm, RecomputeKind r) {
+  if (r == RECOMPUTE_SELECTIVE) return 1;
+  if (r != RECOMPUTE_FULL) return 0;
+  int late = 0;
+  double last = 0;
+  for (int i = 0; i < pm->nlt; i++)
+    if (pm->lt[i].mat && !pm->lt[i].early) late++, last = pm->lt[i].numel;
+  if (late < 2 || pm->d <= 0) return 6; /* (not found: a GPT's 2 + 4) */
+  return 2 + (late - 2) * last / (pm->d * pm->d);
+}
+
+/* zb: what B hands W a layer (passes/pipe_split.c's hand-off: the values W's weight gradients read from B),
+ * in hidden states per token on a rank: each weight GEMM's output gradient, a column-parallel one's split by
+ * tp (its output features / tp: the QKV, the MLP's first GEMMs), a row-parallel one's whole (its output the
+ * hidden size, all-gathered over sp in B: the attention's output projection and the MLP's last GEMM, those
+ * read after the attention with d outputs), and under sp with tp a row-parallel GEMM's bias's gradient's
+ * sp slice besides (a tensor of d elements after it, not a matrix nor a norm's). Compiled (B's stacked
+ * outputs, `--dump-ir=after:pipe`): GPT-2 at tp 2+sp 7 / tp + 2 + 2 / tp, Llama-3-8B 8.5 / tp + 2; GPT-3 at
+ * tp 8 the 25 / tp this model counted for every model. Not found (no layer tensors): those 25 / tp. */
+double zb_handoff_units(const PlanModel *pm, double tp, bool sp) {
+  if (pm->nlt <= 0 || pm->d <= 0) return 25 / tp;
+  double u = 0;
+  for (int i = 0; i < pm->nlt; i++) {
+    const PlanLayerTensor *t = &pm->lt[i];
+    if (!t->mat) continue;
+    bool row = !t->early && t->out == pm->d;
+    u += row ? 1 : t->out / pm->d / tp;
+    if (row && sp && tp > 1 && i + 1 < pm->nlt && !pm->lt[i + 1].mat && !pm->lt[i + 1].norm &&
+        pm->lt[i + 1].numel == pm->d)
+      u += 1 / tp;
+  }
+  return u;
+}
+
+/* ---- the balanced split (plan_model_balance): pipe_balance_split on the model's figures, memoised ---- */
+
+/* A split made (plan_model_balance), kept by its figures: the times over a layer's forward and
+ * backward, the memory over a layer's activations, each rounded as the stage times are (pp_round), and
+ * the lists (their micro-batches in flight). */
+enum { SPLIT_BUCKETS = 4096, SPLIT_FIG = 7 };
+typedef struct PpSplit {
+  const PpProfile *lists;
+  int nv;
+  double fig[SPLIT_FIG];
+  bool ok, better;
+  int64_t n[RT_MAX_STAGES];
+  struct PpSplit *next;
+} PpSplit;
+
+bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e, int64_t *n, bool *better) {
+  int pp = c->pp, v = c->sched == SCHED_INTERLEAVED ? c->v : 1, nv = pp * v;
+  if (better) *better = false;
+  double u = e->bal_f + e->bal_b;
+  if (pp <= 1 || nv > RT_MAX_STAGES || pm->layers < nv || !(e->bal_f > 0) || !(e->bal_act > 0)) return false;
+  const PpProfile *pr; /* the micro-batches in flight per stage on the schedule's lists (interleaved: shared
+                        * among a stage's chunks), as pipe_balance_make has them */
+  pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, e->pp_key, &pr, false);
+  double fig[SPLIT_FIG] = {pp_round(e->bal_f / u), pp_round(e->bal_f0 / u), pp_round(e->bal_b0 / u), pp_round(e->bal_fl / u),
+                           pp_round(e->bal_head / e->bal_act), pp_round(e->bal_bytes / e->bal_act), (double)nv};
+  uint64_t h = (uint64_t)(uintptr_t)pr * 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < SPLIT_FIG; i++) h = (h ^ (uint64_t)(fig[i] * 1048576.0)) * 0x100000001B3ull;
+  if (!pm->splits && !(pm->splits = calloc(SPLIT_BUCKETS, sizeof *pm->splits))) die("plan model: out of memory");
+  PpSplit **slot = &pm->splits[h % SPLIT_BUCKETS], *q = *slot;
+  while (q && !(q->lists == pr && q->nv == nv && !memcmp(q->fig, fig, sizeof fig))) q = q->next;
+  if (!q) {
+    if (!(q = calloc(1, sizeof *q))) die("plan model: out of memory");
+    *q = (PpSplit){.lists = pr, .nv = nv, .next = *slot};
+    memcpy(q->fig, fig, sizeof fig);
+    *slot = q;
+    int infv[RT_MAX_STAGES];
+    for (int k = 0; k < nv; k++) infv[k] = (pr->inflight[k % pp] + v - 1) / v;
+    /* (the rounded figures: seconds in units of a layer's F + B, bytes of 2^20 per layer's activations) */
+    PipeBalance b = {.pp = nv, .chunks = v, .layers = pm->layers, .layer_f = fig[0], .layer_b = 1 - fig[0],
+                     .first_f = fig[1], .first_b = fig[2], .last_f = fig[3], .layer_act = 1 << 20,
+                     .last_act = (int64_t)(fig[4] * (1 << 20)), .layer_bytes = (int64_t)(fig[5] * (1 << 20)),
+                     .inflight = infv, .split = q->n};
+    q->ok = pipe_balance_split(&b, q->n);
+    if (q->ok && pm->layers % nv == 0) {
+      int64_t even[RT_MAX_STAGES];
+      for (int k = 0; k < nv; k++) even[k] = pm->layers / nv;
+      q->better = pipe_balance_better(&b, even);
+    }
+  }
+  if (!q->ok) return false;
+  memcpy(n, q->n, (size_t)nv * sizeof *n);
+  if (better) *better = q->better;
+  return true;
+}
+
+/* Frees the balanced splits made so far (plan_model_free). */
+void pp_splits_free(PlanModel *pm) {
+  if (pm->splits)
+    for (int i = 0; i < SPLIT_BUCKETS; i++)
+      for (PpSplit *q = pm->splits[i], *nx; q; q = nx) nx = q->next, free(q);
+  free(pm->splits);
+  pm->splits = NULL;
 }
