@@ -300,10 +300,13 @@ static int dp_link(const PlanCand *c, const CostDevice *dev, int dpn, double *bw
 
 /* c's estimate with n[k] layers on (virtual) stage k (NULL: even). */
 /* defer: whether the backward loops' scatter waits are deferred (zero_defers_scatters and zero_defer_taken,
- * plan_model_estimate's decision): their f32 inputs held through the body, the stall of the deferred waits. */
+ * plan_model_estimate's decision): their f32 inputs held through the body, the stall of the deferred waits.
+ * stage_tot (uneven stages without chunks; else left alone): each stage's bytes at its own peak, as e->total
+ * is the peak stage's (the memory plan's stage_peak, which pipe_balance_calibrate weighs). */
 static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
-                     bool defer, bool hold, PlanEstimate *e) {
+                     bool defer, bool hold, PlanEstimate *e, double *stage_tot) {
   memset(e, 0, sizeof *e);
+  double stage_x[RT_MAX_STAGES] = {0}, peak_x = -1; /* (each stage's most loaded position; the peak's) */
   e->defer = defer;
   e->zbw_hold = hold;
   int r = (int)c->rec;
@@ -592,7 +595,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       double As = own ? perA * (double)n[l->stage] : A, Ss = own ? perS * (double)n[l->stage] : S;
       double x = l->a * As + l->b * Ss + l->h * H + l->last * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
       if (x > most || !peak) most = x, peak = l;
+      if (own && l->stage < RT_MAX_STAGES && x > stage_x[l->stage]) stage_x[l->stage] = x;
     }
+    if (own) peak_x = most;
     if (peak) {
       double held = p_layer * rows + peak->first * pend[0] + peak->last * pend[1];
       most -= (peak->first * pend[0] + peak->last * pend[1]) * (per_p + per_o);
@@ -619,6 +624,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     e->total += e->cls[k];
     if (e->cls[k] > e->cls[e->largest]) e->largest = (MemClass)k;
   }
+  if (stage_tot && peak_x >= 0) /* (the peak's position's bytes beside what every stage holds, each stage's own) */
+    for (int s = 0; s < c->pp; s++) stage_tot[s] = e->total - peak_x + stage_x[s];
   /* ---- communication ---- */
   const CostLink *in = &dev->link[0], *net = &dev->link[1];
   /* tp: 4 all-reduces (or scatter + gather) of a hidden state per layer per micro-step, 2 more under full recompute */
@@ -683,23 +690,30 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
    * the base has it; auto choices taken where the estimate with them is within the capacity, else each
    * dropped alone, the faster of those within it, else both dropped */
   bool hold = base->plan.zb_w != ZBW_RECOMPUTE;
-  estimate(pm, base, dev, c, NULL, dz, hold, e);
+  estimate(pm, base, dev, c, NULL, dz, hold, e, NULL);
   bool open_h = hold && base->plan.zb_w == ZBW_AUTO && c->sched == SCHED_ZB && c->rec != RECOMPUTE_NONE && c->pp > 1,
        open_d = e->defer && want == DEFER_AUTO;
   double cap = pm->capacity, frag = plan_ana_frag(c->pp);
   if ((open_h || open_d) && cap > 0 && e->total * frag > cap) {
     PlanEstimate eh, ed; /* without the hold, without the deferred waits */
     bool fh = false, fd = false;
-    if (open_h) estimate(pm, base, dev, c, NULL, e->defer, false, &eh), fh = eh.total * frag <= cap;
-    if (open_d) estimate(pm, base, dev, c, NULL, false, hold, &ed), fd = ed.total * frag <= cap;
-    if (open_h && open_d && !fh && !fd) estimate(pm, base, dev, c, NULL, false, hold = false, e);
+    if (open_h) estimate(pm, base, dev, c, NULL, e->defer, false, &eh, NULL), fh = eh.total * frag <= cap;
+    if (open_d) estimate(pm, base, dev, c, NULL, false, hold, &ed, NULL), fd = ed.total * frag <= cap;
+    if (open_h && open_d && !fh && !fd) estimate(pm, base, dev, c, NULL, false, hold = false, e, NULL);
     else if (fh && (!fd || eh.step_s <= ed.step_s)) *e = eh, hold = false;
     else if (fd || !open_h) *e = ed;
     else *e = eh, hold = false;
   }
   int64_t n[RT_MAX_STAGES];
   if (!c->bal || !plan_model_balance(pm, c, e, n, NULL)) return;
-  estimate(pm, base, dev, c, n, e->defer, hold, e);
+  double tot[RT_MAX_STAGES] = {0};
+  PlanEstimate bal;
+  estimate(pm, base, dev, c, n, e->defer, hold, &bal, tot);
+  /* `layers(balanced)` against the device's memory as the driver has it (replan.c, stage_memory): where the
+   * time-balanced split's largest stage does not fit the capacity (or is the first), the fastest split whose
+   * every stage fits by the balance's model with each stage's bytes beyond it (pipe_balance_calibrate) */
+  if (plan_model_balance_fit(pm, c, e, tot, frag, cap, n)) estimate(pm, base, dev, c, n, e->defer, hold, &bal, NULL);
+  *e = bal;
   e->nsplit = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
   for (int k = 0; k < e->nsplit; k++) e->split[k] = (short)n[k];
 }

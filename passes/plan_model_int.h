@@ -38,6 +38,13 @@ const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v,
                          const double *list_key, const PpProfile **prof, bool play);
 void pp_profiles_free(PlanModel *pm);
 void pp_splits_free(PlanModel *pm);
+/* `layers(balanced)` against the device's memory (replan.c's stage_memory, pipe_balance_calibrate) on the
+ * model's figures: n the time-balanced split (plan_model_balance on e, the even estimate), tot its stages'
+ * bytes by the model; where the largest does not fit cap at frag (or is the first stage's), n becomes the
+ * fastest split whose every stage fits, each stage's bytes beyond the balance's own model held. True where
+ * n changed. */
+bool plan_model_balance_fit(PlanModel *pm, const struct PlanCand *c, const PlanEstimate *e, const double *tot,
+                            double frag, double cap, int64_t *n);
 /* zb: what B hands W a layer, in hidden states per token on a rank (tp, sp as the plan has them), and
  * under recompute r what B's recompute made that W reads (plan_model_pp.c says how each is counted). */
 double zb_handoff_units(const PlanModel *pm, double tp, bool sp);

@@ -285,16 +285,41 @@ typedef struct PpSplit {
   struct PpSplit *next;
 } PpSplit;
 
+/* The balance's figures of c's estimate e (the rounded ones the splits are kept by) and the lists' micro-batches
+ * in flight per (virtual) stage (interleaved: shared among a stage's chunks), as pipe_balance_make has them. */
+static const PpProfile *balance_figures(PlanModel *pm, const PlanCand *c, const PlanEstimate *e, double *fig, int *infv) {
+  int pp = c->pp, v = c->sched == SCHED_INTERLEAVED ? c->v : 1, nv = pp * v;
+  double u = e->bal_f + e->bal_b;
+  const PpProfile *pr;
+  pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, e->pp_key, &pr, false);
+  double f[SPLIT_FIG] = {pp_round(e->bal_f / u), pp_round(e->bal_f0 / u), pp_round(e->bal_b0 / u), pp_round(e->bal_fl / u),
+                         pp_round(e->bal_head / e->bal_act), pp_round(e->bal_bytes / e->bal_act), (double)nv};
+  memcpy(fig, f, sizeof f);
+  for (int k = 0; k < nv; k++) infv[k] = (pr->inflight[k % pp] + v - 1) / v;
+  return pr;
+}
+
+/* The balance (passes/pipe_balance.c) on the figures (seconds in units of a layer's F + B, bytes of 2^20 per
+ * layer's activations). */
+static PipeBalance balance_of(const PlanModel *pm, const double *fig, int nv, int v, int *infv) {
+  return (PipeBalance){.pp = nv, .chunks = v, .layers = pm->layers, .layer_f = fig[0], .layer_b = 1 - fig[0],
+                       .first_f = fig[1], .first_b = fig[2], .last_f = fig[3], .layer_act = 1 << 20,
+                       .last_act = (int64_t)(fig[4] * (1 << 20)), .layer_bytes = (int64_t)(fig[5] * (1 << 20)),
+                       .inflight = infv};
+}
+
+static bool balance_ok(const PlanModel *pm, const PlanCand *c, const PlanEstimate *e) {
+  int pp = c->pp, nv = pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
+  return pp > 1 && nv <= RT_MAX_STAGES && pm->layers >= nv && e->bal_f > 0 && e->bal_act > 0;
+}
+
 bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e, int64_t *n, bool *better) {
   int pp = c->pp, v = c->sched == SCHED_INTERLEAVED ? c->v : 1, nv = pp * v;
   if (better) *better = false;
-  double u = e->bal_f + e->bal_b;
-  if (pp <= 1 || nv > RT_MAX_STAGES || pm->layers < nv || !(e->bal_f > 0) || !(e->bal_act > 0)) return false;
-  const PpProfile *pr; /* the micro-batches in flight per stage on the schedule's lists (interleaved: shared
-                        * among a stage's chunks), as pipe_balance_make has them */
-  pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, e->pp_key, &pr, false);
-  double fig[SPLIT_FIG] = {pp_round(e->bal_f / u), pp_round(e->bal_f0 / u), pp_round(e->bal_b0 / u), pp_round(e->bal_fl / u),
-                           pp_round(e->bal_head / e->bal_act), pp_round(e->bal_bytes / e->bal_act), (double)nv};
+  if (!balance_ok(pm, c, e)) return false;
+  double fig[SPLIT_FIG];
+  int infv[RT_MAX_STAGES];
+  const PpProfile *pr = balance_figures(pm, c, e, fig, infv);
   uint64_t h = (uint64_t)(uintptr_t)pr * 0x9E3779B97F4A7C15ull;
   for (int i = 0; i < SPLIT_FIG; i++) h = (h ^ (uint64_t)(fig[i] * 1048576.0)) * 0x100000001B3ull;
   if (!pm->splits && !(pm->splits = calloc(SPLIT_BUCKETS, sizeof *pm->splits))) die("plan model: out of memory");
@@ -305,13 +330,8 @@ bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e,
     *q = (PpSplit){.lists = pr, .nv = nv, .next = *slot};
     memcpy(q->fig, fig, sizeof fig);
     *slot = q;
-    int infv[RT_MAX_STAGES];
-    for (int k = 0; k < nv; k++) infv[k] = (pr->inflight[k % pp] + v - 1) / v;
-    /* (the rounded figures: seconds in units of a layer's F + B, bytes of 2^20 per layer's activations) */
-    PipeBalance b = {.pp = nv, .chunks = v, .layers = pm->layers, .layer_f = fig[0], .layer_b = 1 - fig[0],
-                     .first_f = fig[1], .first_b = fig[2], .last_f = fig[3], .layer_act = 1 << 20,
-                     .last_act = (int64_t)(fig[4] * (1 << 20)), .layer_bytes = (int64_t)(fig[5] * (1 << 20)),
-                     .inflight = infv, .split = q->n};
+    PipeBalance b = balance_of(pm, fig, nv, v, infv);
+    b.split = q->n;
     q->ok = pipe_balance_split(&b, q->n);
     if (q->ok && pm->layers % nv == 0) {
       int64_t even[RT_MAX_STAGES];
@@ -322,6 +342,39 @@ bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e,
   if (!q->ok) return false;
   memcpy(n, q->n, (size_t)nv * sizeof *n);
   if (better) *better = q->better;
+  return true;
+}
+
+bool plan_model_balance_fit(PlanModel *pm, const PlanCand *c, const PlanEstimate *e, const double *tot, double frag,
+                            double cap, int64_t *n) {
+  int pp = c->pp;
+  if (c->sched == SCHED_INTERLEAVED || !(cap > 0) || !balance_ok(pm, c, e)) return false; /* (no calibration) */
+  int top = 0;
+  for (int s = 1; s < pp; s++) top = tot[s] > tot[top] ? s : top;
+  if (!(tot[top] > 0) || (tot[top] * frag <= cap && top != 0)) return false;
+  double fig[SPLIT_FIG];
+  int infv[RT_MAX_STAGES];
+  balance_figures(pm, c, e, fig, infv);
+  PipeBalance b = balance_of(pm, fig, pp, 1, infv);
+  double unit = (double)(1 << 20) / e->bal_act; /* (bytes to the balance's) */
+  int64_t fixed[RT_MAX_STAGES], f[RT_MAX_STAGES], most = 0;
+  for (int s = 0; s < pp; s++) most = n[s] > most ? n[s] : most;
+  for (int s = 0; s < pp; s++) fixed[s] = (int64_t)(tot[s] * frag * unit) - pipe_balance_stage_bytes(&b, s, n[s], most);
+  b.fixed = fixed, b.cap = cap * unit;
+  /* (none fits where even at the least padding, ceil(layers / pp), the most layers each stage holds within
+   * the capacity do not cover the layers: more padding only lowers them; most candidates far over it end
+   * here, pipe_balance_split's search not run) */
+  int64_t lo = (pm->layers + pp - 1) / pp, room = 0;
+  for (int s = 0; s < pp && room < pm->layers; s++) {
+    int64_t k = 0, one = pipe_balance_stage_bytes(&b, s, 1, lo) - pipe_balance_stage_bytes(&b, s, 0, lo);
+    double left = b.cap - (double)(fixed[s] + pipe_balance_stage_bytes(&b, s, 0, lo));
+    if (one > 0 && left >= 0) k = (int64_t)(left / (double)one);
+    else if (one <= 0 && left >= 0) k = pm->layers;
+    room += k;
+  }
+  if (room < pm->layers) return false;
+  if (!pipe_balance_split(&b, f) || !memcmp(f, n, (size_t)pp * sizeof *n)) return false;
+  memcpy(n, f, (size_t)pp * sizeof *n);
   return true;
 }
 
