@@ -4,7 +4,8 @@
  * every body a parameter's readers walk into, per parameter: over a pipelined step (Llama-3-405B
  * pp 16 x cp 2: hundreds of parameters, thousands of region bodies) a walk of each body per question
  * was the pass's largest cost. Each body's captures are found once (a body shared by many nodes, once),
- * sorted, and a question is a binary search.
+ * sorted, and a question is a binary search. readers_can_gather (zero.c) asks it too, with whether the body
+ * yields a capture unchanged (zero_captures_yields_outer), to skip a body with no reader of p.
  *
  * The answers are those of the walk at the time the body was first asked, which the zero pass keeps true:
  * its rewrites add readers of a parameter (the gathers, the prefetch's row) only in graphs that read it
