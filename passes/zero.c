@@ -214,6 +214,10 @@ static bool read_as_xs(const Graph *g, const Value *p) {
   return false;
 }
 
+/* During pass_zero: each body's captures (passes/zero_captures.c), for reads_deep and
+ * readers_can_gather; NULL: none. */
+static ZeroCaptures *captures;
+
 /* Whether every reader of p in g (and in the bodies nested in it, which capture p: the micro-step
  * region) can read it gathered: no repeat carries it or yields it unchanged, no xs split at the
  * layer dim (d < 1), no result names it. */
@@ -231,6 +235,9 @@ static bool readers_can_gather(const Graph *g, const Value *p, const Node *u, in
       for (int k = 0; k < b->nresults; k++)
         if (b->results[k] == b->args[j]->out[0]) return false;
     }
+    /* (a body that reads no p and yields no capture unchanged has no reader of p to refuse: skipped) */
+    if (captures && !zero_captures_reads(captures, n->body, p) && !zero_captures_yields_outer(captures, n->body))
+      continue;
     if (!readers_can_gather(n->body, p, u, d)) return false;
   }
   return true;
@@ -392,8 +399,6 @@ static int prefetch_layer(Graph *g, Node *n, int pos, int j, const Value *whole,
   return 3;
 }
 
-/* During pass_zero: each body's captures (passes/zero_captures.c), for reads_deep; NULL: none. */
-static ZeroCaptures *captures;
 
 /* True when a node of g (or of a body nested in it) reads p. */
 static bool reads_deep(const Graph *g, const Value *p) {

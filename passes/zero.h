@@ -106,5 +106,8 @@ ZeroCaptures *zero_captures_new(Arena *a);
 void zero_captures_free(ZeroCaptures *c);
 /* Whether a node of body b, or of a body in it, reads p, a value of a graph around b. */
 bool zero_captures_reads(ZeroCaptures *c, const Graph *b, const Value *p);
+/* Whether a result of b, or of a body in it, is a value of a graph around that body (a capture yielded
+ * unchanged; readers_can_gather's other question of a body that does not read p). */
+bool zero_captures_yields_outer(ZeroCaptures *c, const Graph *b);
 
 #endif

@@ -4,7 +4,8 @@
  * every body a parameter's readers walk into, per parameter: over a pipelined step (Llama-3-405B
  * pp 16 x cp 2: hundreds of parameters, thousands of region bodies) a walk of each body per question
  * was the pass's largest cost. Each body's captures are found once (a body shared by many nodes, once),
- * sorted, and a question is a binary search.
+ * sorted, and a question is a binary search. readers_can_gather (zero.c) asks it too, with whether the body
+ * yields a capture unchanged (zero_captures_yields_outer), to skip a body with no reader of p.
  *
  * The answers are those of the walk at the time the body was first asked, which the zero pass keeps true:
  * its rewrites add readers of a parameter (the gathers, the prefetch's row) only in graphs that read it
@@ -18,6 +19,7 @@
 typedef struct {
   const Value **v; /* ascending by address, each once */
   int n;
+  bool yields_outer; /* a result of b, or of a body in it, is a value of a graph around that body */
 } Captures;
 
 struct ZeroCaptures {
@@ -52,9 +54,12 @@ static const Captures *captures_of(ZeroCaptures *c, const Graph *b) {
   if (ptrmap_get(&c->of, b, &got)) return (const Captures *)got;
   int n = 0, cap = 16;
   const Value **v = malloc(sizeof *v * (size_t)cap);
+  bool yields = false;
+  for (int i = 0; i < b->nresults; i++) yields |= b->results[i]->def->graph != b;
   for (int i = 0; i < b->nnodes; i++) {
     const Node *x = b->nodes[i];
     const Captures *inner = x->body ? captures_of(c, x->body) : NULL;
+    yields |= inner && inner->yields_outer;
     int more = x->nin + (inner ? inner->n : 0);
     if (n + more > cap) {
       while (n + more > cap) cap *= 2;
@@ -70,6 +75,7 @@ static const Captures *captures_of(ZeroCaptures *c, const Graph *b) {
   k->v = ARENA_ARRAY(c->a, const Value *, n + 1);
   for (int i = 0; i < n; i++)
     if (!i || v[i] != v[i - 1]) k->v[k->n++] = v[i];
+  k->yields_outer = yields;
   free(v);
   ptrmap_put(&c->of, b, (intptr_t)k);
   return k;
@@ -84,4 +90,8 @@ bool zero_captures_reads(ZeroCaptures *c, const Graph *b, const Value *p) {
     else hi = m;
   }
   return lo < k->n && k->v[lo] == p;
+}
+
+bool zero_captures_yields_outer(ZeroCaptures *c, const Graph *b) {
+  return captures_of(c, b)->yields_outer;
 }

@@ -413,11 +413,38 @@ static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGro
  * rows (padded); both, each chunk padded to the stage's largest, then concatenated. As the region's loop does (region_sum's R1), each loop reduce-scatters g_l in its
  * body, and the chain sums the shards. */
 
+/* Adds to each value of counts (already a key) its readers in g and in g's bodies (ir_use_counts's
+ * count, for those values only). */
+static void count_readers(const Graph *g, PtrMap *counts) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *x = g->nodes[i];
+    for (int j = 0; j < x->nin; j++) {
+      intptr_t c;
+      if (ptrmap_get(counts, x->in[j], &c)) ptrmap_put(counts, x->in[j], c + 1);
+    }
+    if (x->body) count_readers(x->body, counts);
+  }
+}
+
 /* v ends such a chain: its loops' outputs, last first, appended to *out (*n of cap). */
-static bool folded_chain(const PtrMap *uses, Value *v, Value **out, int *n, int cap) {
+/* Each value the walk below asks "read once?" about: with asked set (the first walk), recorded and
+ * taken as yes; else answered from uses (the counts of just those values, scatter_folded's). */
+typedef struct {
+  PtrMap *uses, *asked;
+} FoldUses;
+
+static bool folded_once(const FoldUses *u, const Value *v) {
+  if (u->asked) {
+    ptrmap_put(u->asked, v, 0);
+    return true;
+  }
+  return read_once(u->uses, v);
+}
+
+static bool folded_chain(const FoldUses *uses, Value *v, Value **out, int *n, int cap) {
   for (Shape sh = v->shape;;) {
     Node *R = v->def;
-    if (!read_once(uses, v) || !ir_shape_eq(&v->shape, &sh) || *n == cap) return false;
+    if (!folded_once(uses, v) || !ir_shape_eq(&v->shape, &sh) || *n == cap) return false;
     if (R->op != OP_REPEAT || v->idx < R->a.ncarry) return false;
     const Graph *b = R->body;
     const Value *y = b->results[v->idx];
@@ -434,10 +461,10 @@ static bool folded_chain(const PtrMap *uses, Value *v, Value **out, int *n, int 
  * rows padded; interleaved, its chunks concatenated, each chunk padded to the stage's largest):
  * the chains' loops appended to chain (*n of cap), the pads and concats to wrap (*nw of cap), each
  * wrapper after what it wraps. */
-static bool folded_parts(const PtrMap *uses, Value *v, Value **chain, int *n, Value **wrap, int *nw, int cap) {
+static bool folded_parts(const FoldUses *uses, Value *v, Value **chain, int *n, Value **wrap, int *nw, int cap) {
   Node *c = v->def;
-  bool pad = c->op == OP_PAD && c->a.axis == 0 && read_once(uses, v);
-  bool cat = c->op == OP_CONCAT && c->a.axis == 0 && read_once(uses, v);
+  bool pad = c->op == OP_PAD && c->a.axis == 0 && folded_once(uses, v);
+  bool cat = c->op == OP_CONCAT && c->a.axis == 0 && folded_once(uses, v);
   if (!pad && !cat) return folded_chain(uses, v, chain, n, cap);
   if (*nw == cap) return false;
   for (int k = 0; k < (cat ? c->nin : 1); k++)
@@ -450,14 +477,22 @@ static bool folded_parts(const PtrMap *uses, Value *v, Value **chain, int *n, Va
  * all found before anything changes (else false, nothing changed), then each loop scatters. */
 static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
   if (d < 1) return false;
-  PtrMap uses = {0};
-  ir_use_counts(g, &uses);
   int cap = g->nnodes, n = 0, nw = 0; /* (the loops, the pads and concats: fewer than g's nodes) */
   Value **chain = ARENA_ARRAY(g->arena, Value *, cap + 1);
   Value **wrap = ARENA_ARRAY(g->arena, Value *, cap + 1);
+  /* Twice: first every "read once?" taken as yes, the values asked recorded (the second walk asks
+   * about the same values up to its first no, so a first walk's failure is the second's); then their
+   * readers counted in one walk of g (not every value's: one walk per parameter), and the walk again. */
+  PtrMap counts = {0};
+  FoldUses first = {NULL, &counts}, real = {&counts, NULL};
   bool ok = true;
-  for (int s = 0; s < sel->nin && ok; s++) ok = folded_parts(&uses, sel->in[s], chain, &n, wrap, &nw, cap);
-  ptrmap_free(&uses);
+  for (int s = 0; s < sel->nin && ok; s++) ok = folded_parts(&first, sel->in[s], chain, &n, wrap, &nw, cap);
+  if (ok) {
+    count_readers(g, &counts);
+    n = nw = 0;
+    for (int s = 0; s < sel->nin && ok; s++) ok = folded_parts(&real, sel->in[s], chain, &n, wrap, &nw, cap);
+  }
+  ptrmap_free(&counts);
   if (!ok) return false;
   for (int k = 0; k < n; k++) {
     Value *v = chain[k];
