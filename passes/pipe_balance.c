@@ -172,6 +172,9 @@ static bool split_fitting(const PipeBalance *b, int64_t *n) {
     for (int64_t k = 1; k <= L - pp + 1; k++) {
       double T = pipe_balance_stage_s(b, st, k);
       if (best >= 0 && T >= best) continue;
+      /* (a middle stage's T that stage 1's at k already was: tried, with the same outcome — fit_within
+       * depends on T and most alone; Llama-3-405B's search, pp 16: 14 of 16 stages) */
+      if (st > 1 && st < pp - 1 && T == pipe_balance_stage_s(b, 1, k)) continue;
       for (int64_t most = lo; most <= L - pp + 1; most++)
         if (fit_within(b, T, most, u) >= L) {
           best = T, bmost = most;
