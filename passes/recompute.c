@@ -237,16 +237,10 @@ static bool fused_unary(const Rc *r, const Node *n) {
   return yes;
 }
 
-/* Whether the output of n is recomputed in the backward (else kept as a residual). */
-static bool recomputed(const Rc *r, const Node *n) {
-  if (n->body || n->op == OP_SEND || n->op == OP_RECV || (ir_ops[n->op].flags & F_SOURCE)) return false;
-  intptr_t one;
-  if (ptrmap_get((PtrMap *)&r->cols, n, &one)) return true;
-  if (r->kind == RECOMPUTE_NONE) return fused_unary(r, n);
-  if (r->kind == RECOMPUTE_FULL) return true;
-  if (ir_ops[n->op].flags & F_EW) return true;
-  switch (n->op) {
-  case OP_SDPA:
+/* Rope and the ops that move or copy rows (a pass over their bytes): recomputed under selective, and re-run
+ * by zb's W rather than held. */
+static bool moves_rows(OpKind op) {
+  switch (op) {
   case OP_ROPE:
   case OP_RESHAPE:
   case OP_TRANSPOSE:
@@ -256,6 +250,16 @@ static bool recomputed(const Rc *r, const Node *n) {
   case OP_BROADCAST_TO: return true;
   default: return false;
   }
+}
+
+/* Whether the output of n is recomputed in the backward (else kept as a residual). */
+static bool recomputed(const Rc *r, const Node *n) {
+  if (n->body || n->op == OP_SEND || n->op == OP_RECV || (ir_ops[n->op].flags & F_SOURCE)) return false;
+  intptr_t one;
+  if (ptrmap_get((PtrMap *)&r->cols, n, &one)) return true;
+  if (r->kind == RECOMPUTE_NONE) return fused_unary(r, n);
+  if (r->kind == RECOMPUTE_FULL) return true;
+  return (ir_ops[n->op].flags & F_EW) || n->op == OP_SDPA || moves_rows(n->op);
 }
 
 /* ---- building B's recomputation ------------------------------------------------------------ */
@@ -293,19 +297,7 @@ static Value *clone(Rc *r, Value *v);
  * (held already, the loop's arguments, or saved by F anyway): elementwise ops, copies, rope and
  * norms, a pass over their bytes (a GEMM's, attention's or a collective's output is held). */
 static bool cheap(const Node *d) {
-  if (ir_ops[d->op].flags & F_EW) return true;
-  switch (d->op) {
-  case OP_LAYERNORM:
-  case OP_RMSNORM:
-  case OP_ROPE:
-  case OP_RESHAPE:
-  case OP_TRANSPOSE:
-  case OP_SLICE:
-  case OP_PAD:
-  case OP_CONCAT:
-  case OP_BROADCAST_TO: return true;
-  default: return false;
-  }
+  return (ir_ops[d->op].flags & F_EW) || d->op == OP_LAYERNORM || d->op == OP_RMSNORM || moves_rows(d->op);
 }
 
 /* Whether W has F-body value u without holding anything more: made in W already, F's argument
