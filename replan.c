@@ -161,6 +161,40 @@ static double step_of(Replan *r, const Module *m) {
   return rep.step_s;
 }
 
+/* auto_memory's compiled variants: [0] all taken; keep, the choices taken (AUTO_MEM_* bits). */
+typedef struct {
+  Replan *r;
+  Arena *a;
+  const char *const *kv;
+  int n;
+  FILE *null;
+  const PlanInputs *as_is;
+  unsigned full; /* the choices open and taken by the first compile */
+  bool timed;    /* each variant's step, fitting or not (three open: the singles order the rest) */
+  struct { unsigned keep; bool fits; double total, step; } v[8];
+  int nv;
+} MemVariants;
+
+/* Compiles the variant keeping `keep` (the choices of full not in it dropped) and appends it, measured;
+ * false where the compile failed. */
+static bool mem_variant(MemVariants *s, unsigned keep) {
+  static const char *const drop[3] = {"weight_copy=per_layer", "defer_waits=off", "zb_w=recompute"};
+  enum { MAXKV = 64 };
+  const char *kv2[MAXKV];
+  int n2 = s->n;
+  if (s->n + 3 > MAXKV || s->nv >= 8) return false;
+  for (int i = 0; i < s->n; i++) kv2[i] = s->kv[i];
+  for (int c = 0; c < 3; c++)
+    if ((s->full & ~keep) >> c & 1u) kv2[n2++] = drop[c];
+  Module *mk = compile_as(s->r, s->a, kv2, n2, s->null, s->as_is);
+  if (!mk || !mk->memplan) return false;
+  double c2 = 0;
+  int i = s->nv++;
+  s->v[i].keep = keep, s->v[i].fits = fit_plan_fits(mk, &s->v[i].total, &c2);
+  s->v[i].step = s->v[i].fits || s->timed ? step_of(s->r, mk) : 0;
+  return true;
+}
+
 /* The memory-dependent `auto` choices, made together (the one decision): `weight_copy auto` (the weights'
  * persistent bf16 copies, passes/wshadow.c), `defer_waits auto` (the backward loops' scatter waits in the
  * next iteration, passes/zero_defer.c) and `zb_w auto` (zb's W holding the GEMM inputs B's recompute made,
@@ -185,8 +219,7 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
                   p->zb_w == ZBW_AUTO && p->schedule == SCHED_ZB && p->recompute != RECOMPUTE_NONE && m->mesh &&
                       m->mesh->dim[RT_AX_PP] > 1};
   if (!open[0] && !open[1] && !open[2]) return;
-  enum { MAXKV = 64 };
-  if (n + 3 > MAXKV) return;
+  if (n + 3 > 64) return; /* (mem_variant's room) */
   PlanInputs as_is = {.sched_times = io->sched_times, .stage_fixed = io->stage_fixed, .stage_cap = io->stage_cap,
                       .as_is = true};
   FILE *null = fopen("/dev/null", "w");
@@ -196,61 +229,40 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
   if (m0 && m0->memplan)
     full = (open[0] && m0->wcopy.persistent ? AUTO_MEM_COPIES : 0) | (open[1] && m0->defer.taken ? AUTO_MEM_DEFER : 0) |
            (open[2] && m0->zbw.held && m0->zbw.bytes > 0 ? AUTO_MEM_HOLD : 0);
-  /* the compiled variants: [0] all taken; keep: the choices taken (AUTO_MEM_* bits) */
-  struct { unsigned keep; bool fits; double total, step; } v[8];
+  MemVariants s = {.r = r, .a = a, .kv = kv, .n = n, .null = null, .as_is = &as_is, .full = full, .nv = 1};
   double cap = 0;
-  int nv = 1, pick = -1; /* -1: none kept */
-  v[0].keep = full, v[0].fits = full && fit_plan_fits(m0, &v[0].total, &cap), v[0].step = 0;
+  int pick = -1; /* -1: none kept */
+  s.v[0].keep = full, s.v[0].fits = full && fit_plan_fits(m0, &s.v[0].total, &cap), s.v[0].step = 0;
   if (!full || cap <= 0) {
     fclose(null);
     return;
   }
-  static const char *const drop[3] = {"weight_copy=per_layer", "defer_waits=off", "zb_w=recompute"};
   int nfull = (full & 1) + (full >> 1 & 1) + (full >> 2 & 1);
-  /* a variant keeping `keep`: compiled, measured, appended; its index (-1: the compile failed) */
-#define VARIANT(keep_)                                                                                       \
-  do {                                                                                                       \
-    const char *kv2[MAXKV];                                                                                  \
-    int n2 = n;                                                                                              \
-    for (int i = 0; i < n; i++) kv2[i] = kv[i];                                                              \
-    unsigned off_ = full & ~(keep_); /* (before the loop: keep_ may name an outer k) */                      \
-    for (int c_ = 0; c_ < 3; c_++)                                                                           \
-      if (off_ >> c_ & 1u) kv2[n2++] = drop[c_];                                                             \
-    Module *mk = compile_as(r, a, kv2, n2, null, &as_is);                                                    \
-    if (mk && mk->memplan) {                                                                                 \
-      double c2 = 0;                                                                                         \
-      v[nv].keep = (keep_), v[nv].fits = fit_plan_fits(mk, &v[nv].total, &c2);                               \
-      v[nv].step = v[nv].fits || nfull == 3 ? step_of(r, mk) : 0;                                            \
-      nv++;                                                                                                  \
-    }                                                                                                        \
-  } while (0)
-  if (v[0].fits) pick = 0;
+  s.timed = nfull == 3;
+  if (s.v[0].fits) pick = 0;
   else if (nfull > 1) {
     for (int k = 0; k < 3; k++)
-      if (full >> k & 1u) VARIANT(full & ~(1u << k));
-    for (int i = 1; i < nv; i++)
-      if (v[i].fits && (pick < 0 || v[i].step < v[pick].step)) pick = i;
-    if (pick < 0 && nfull == 3 && nv == 4) { /* keep one: in the order of the singles' predicted step */
-      v[0].step = step_of(r, m0);
+      if (full >> k & 1u) mem_variant(&s, full & ~(1u << k));
+    for (int i = 1; i < s.nv; i++)
+      if (s.v[i].fits && (pick < 0 || s.v[i].step < s.v[pick].step)) pick = i;
+    if (pick < 0 && nfull == 3 && s.nv == 4) { /* keep one: in the order of the singles' predicted step */
+      s.v[0].step = step_of(r, m0);
       double lost[3] = {0, 0, 0}, pred[3];
-      for (int i = 1; i < nv; i++)
+      for (int i = 1; i < s.nv; i++)
         for (int k = 0; k < 3; k++)
-          if (!(v[i].keep >> k & 1u)) lost[k] = v[i].step - v[0].step;
+          if (!(s.v[i].keep >> k & 1u)) lost[k] = s.v[i].step - s.v[0].step;
       for (int j = 0; j < 3; j++) pred[j] = lost[0] + lost[1] + lost[2] - lost[j];
       for (int t = 0; t < 3 && pick < 0; t++) {
         int j = 0;
         for (int k = 1; k < 3; k++)
           if (pred[k] < pred[j]) j = k;
         pred[j] = 1e300;
-        int before = nv;
-        VARIANT(1u << j);
-        if (nv > before && v[before].fits) pick = before;
+        if (mem_variant(&s, 1u << j) && s.v[s.nv - 1].fits) pick = s.nv - 1;
       }
     }
   }
-#undef VARIANT
   fclose(null);
-  unsigned kept = pick >= 0 ? v[pick].keep : 0;
+  unsigned kept = pick >= 0 ? s.v[pick].keep : 0;
   int64_t *total[3] = {&io->wcopy_fit_total, &io->defer_fit_total, &io->zbw_fit_total};
   double *capk[3] = {&io->wcopy_fit_cap, &io->defer_fit_cap, &io->zbw_fit_cap};
   bool *lost[3] = {&io->wcopy_fit_lost, &io->defer_fit_lost, &io->zbw_fit_lost};
@@ -259,14 +271,14 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
     int by = -1; /* the plan its figure is from */
     if (kept >> k & 1u) by = pick;
     else {
-      for (int i = 0; i < nv; i++) /* the fastest that fits with it */
-        if (v[i].keep >> k & 1u && v[i].fits && (by < 0 || v[i].step < v[by].step)) by = i;
+      for (int i = 0; i < s.nv; i++) /* the fastest that fits with it */
+        if (s.v[i].keep >> k & 1u && s.v[i].fits && (by < 0 || s.v[i].step < s.v[by].step)) by = i;
       *lost[k] = by >= 0;
       if (by < 0)
-        for (int i = 0; i < nv; i++) /* the smallest with it */
-          if (v[i].keep >> k & 1u && (by < 0 || v[i].total < v[by].total)) by = i;
+        for (int i = 0; i < s.nv; i++) /* the smallest with it */
+          if (s.v[i].keep >> k & 1u && (by < 0 || s.v[i].total < s.v[by].total)) by = i;
     }
-    *total[k] = (int64_t)v[by].total, *capk[k] = cap;
+    *total[k] = (int64_t)s.v[by].total, *capk[k] = cap;
   }
   io->auto_kept = (unsigned char)kept;
 }
