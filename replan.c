@@ -41,7 +41,7 @@ typedef struct {
 
 /* Whether auto_memory's figures drop zb's W hold (passes/recompute.c: W recomputes, its times longer). */
 static bool zbw_dropped(const PlanInputs *io) {
-  return io->zbw_fit_lost || (io->zbw_fit_total > 0 && io->zbw_fit_cap > 0 && (double)io->zbw_fit_total > io->zbw_fit_cap);
+  return io->zbw_fit_lost || fit_figure_over((double)io->zbw_fit_total, io->zbw_fit_cap);
 }
 
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io);

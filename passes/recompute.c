@@ -596,7 +596,7 @@ bool pass_recompute(Module *m) {
   /* zb's W under recompute (from_b): held where `zb_w hold`, or auto where the plan with the hold fits the
    * device and no plan without it that fits is faster, as the driver decided it with the other memory-dependent
    * auto choices (replan.c, auto_memory), else recomputed from the forward's saved values */
-  bool unfit = p->zbw_fit_total > 0 && p->zbw_fit_cap > 0 && (double)p->zbw_fit_total > p->zbw_fit_cap;
+  bool unfit = fit_figure_over((double)p->zbw_fit_total, p->zbw_fit_cap);
   m->zbw.held = p->zb_w == ZBW_HOLD || (p->zb_w == ZBW_AUTO && !unfit && !p->zbw_fit_lost);
   int nw = recompute_graph(p->recompute, m->target == TARGET_CUDA && fuse_on(m, FUSE_SWIGLU), m->graph, m);
   if (!nw || p->recompute == RECOMPUTE_NONE) {

@@ -133,7 +133,7 @@ bool pass_wshadow(Module *m) {
     m->wcopy.why = "zero 3: each layer's bf16 rows gathered (from a split copy) where they are read";
     return true;
   }
-  bool unfit = p->wcopy_fit_total > 0 && p->wcopy_fit_total > p->wcopy_fit_cap;
+  bool unfit = fit_figure_over((double)p->wcopy_fit_total, p->wcopy_fit_cap);
   if (want == WCOPY_PER_LAYER) m->wcopy.why = "weight_copy per_layer (the plan)";
   else if (want == WCOPY_PERSISTENT) m->wcopy.why = "weight_copy persistent (the plan)";
   else if (unfit)

@@ -49,7 +49,7 @@ bool zero_defers_scatters(int zero, int group) { return zero >= 2 && group > 1; 
 bool zero_defer_loop(const Node *r) { return r && r->op == OP_REPEAT && r->a.count >= 2; }
 
 bool zero_defer_taken(int want, double total, double cap, bool lost) {
-  return want == DEFER_ON || (want == DEFER_AUTO && !lost && !(total > 0 && cap > 0 && total > cap));
+  return want == DEFER_ON || (want == DEFER_AUTO && !lost && !fit_figure_over(total, cap));
 }
 
 /* The ops this pass lifts out of a body onto the stacks: row-local, and the same op (a slice one axis
@@ -278,7 +278,7 @@ bool pass_zero_defer(Module *m) {
     if (may) m->defer.why = "its backward layer loops run one layer each (no next iteration to wait in)";
     return true;
   }
-  bool unfit = p->defer_fit_total > 0 && p->defer_fit_cap > 0 && p->defer_fit_total > p->defer_fit_cap;
+  bool unfit = fit_figure_over((double)p->defer_fit_total, p->defer_fit_cap);
   m->defer.taken = zero_defers_plan(m);
   if (want != DEFER_AUTO) m->defer.why = want == DEFER_ON ? "defer_waits on (the plan)" : "defer_waits off (the plan)";
   else if (unfit)
