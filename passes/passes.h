@@ -34,6 +34,7 @@ bool pass_grad_buckets(Module *m); /* data-parallel gradient all-reduces: into t
 bool pass_recompute(Module *m); /* plan recompute full|selective: backward loops recompute their block's activations */
 bool pass_zero(Module *m);      /* ZeRO (plan `zero N`): optimizer state, gradients, parameters sharded over dp */
 bool pass_zero_defer(Module *m);    /* ZeRO-2/3: a backward loop's scatters' readers moved after the loop (passes/zero_defer.c) */
+bool pass_zero_late(Module *m);     /* pp, zb, ZeRO-2/3: a non-layer gradient's dp scatter after B issued after its stage's W loop (passes/zero_late.c) */
 bool pass_zero_coalesce(Module *m); /* ZeRO-3: the gathers issued at one point as one all-gather; ZeRO-2/3: a loop body's scatters as one (passes/zero_coalesce.c) */
 bool pass_owners(Module *m);    /* pipeline: nodes only one stage needs predicated on it (passes/pipe_owners.c) */
 bool pass_fuse(Module *m);      /* groups consecutive elementwise nodes over one shape (Node.group) */

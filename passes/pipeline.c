@@ -42,6 +42,7 @@ static const Pass passes[] = {
     {"zcoal", pass_zero_coalesce, true}, /* ZeRO-3: a layer's gathers (issued at one point) as one all-gather; ZeRO-2/3: its gradients' scatters as one, where it pays */
     {"zdefer", pass_zero_defer, true},    /* ZeRO-2/3: a backward loop's scatter results unpacked after the loop, not waited in its iteration */
     {"owners", pass_owners, true},        /* pipeline: what one stage alone needs (its own parameters' updates) on that stage */
+    {"zlate", pass_zero_late, true},     /* pp, zb, ZeRO-2/3: a non-layer gradient's dp scatter ending B issued after the stage's W loop */
     {"fuse", pass_fuse, true},            /* elementwise chains grouped, for every target */
     {"memplan", pass_memplan, true},      /* every value at a fixed offset per rank */
     {"gacc", pass_gacc, true},            /* a weight-gradient GEMM accumulates into the running sum: add(sum, dW) gone */

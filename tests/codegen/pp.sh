@@ -10,7 +10,8 @@
 #   made, held from B to W: passes/recompute.c), pp2 x dp2 with ZeRO-3 and pp2 x dp2 zero bubble with ZeRO-2 (their scatter waits
 #   deferred to the next iteration) give the single-rank loss curve over
 #   20 AdamW steps (with the recipe's gradient clipping), and so do pp4 interleaved of the tiny
-#   GPT with 8 layers and pp2 x tp2 of a Llama-shaped model (untied, RoPE, GQA, sp); a checkpoint
+#   GPT with 8 layers, pp2 x tp2 of a Llama-shaped model (untied, RoPE, GQA, sp) and its pp2 x dp2 zero
+#   bubble with ZeRO-2 (the embedding's scatter after stage 0's W: passes/zero_late.c); a checkpoint
 #   written under pp2 interleaved at step 10 resumes on one rank with the uninterrupted run's
 #   step-11 loss (checkpoints hold logical tensors: each stage its layers, interleaved ones too).
 #   Stages of unequal layer counts (pp2 layers(1, 3), pp3 layers(1, 2, 1), pp2 layers(3, 1) zb x
@@ -83,6 +84,15 @@ l=(models/llama3-8b.model -D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=
 "$t/lone" "${run[@]}" --threads 2 --log "$t/lone.jsonl" >/dev/null
 "${mpi[@]}" -np 4 "$t/lpp2tp2" "${run[@]}" --log "$t/lpp2tp2.jsonl" >/dev/null
 compare "llama pp2tp2 sp" "$t/lpp2tp2.jsonl" "$t/lone.jsonl"
+# zb x dp2 under ZeRO-2 with a 64 KiB bucket (the untied embedding's gradient scattered alone): its
+# scatter issued after stage 0's W loop (passes/zero_late.c: the IR after zlate is not the one before it)
+lz=("${l[@]}" -D micro_batch=1 -D dp=2 -D tp=1 -D sp=off -D pp=2 -D zero=2 -D schedule=zb -D bucket=64KiB --world 4)
+cmp -s <("$shardc" plan "${lz[@]}" --dump-ir=after:owners 2>/dev/null | tail -n +2) \
+  <("$shardc" plan "${lz[@]}" --dump-ir=after:zlate 2>/dev/null | tail -n +2) &&
+  { echo "FAIL: llama pp2 x dp2 zb zero 2: zlate moved nothing"; exit 1; }
+"$shardc" build "${lz[@]}" -o "$t/lpp2dp2z2zb" 2>/dev/null
+"${mpi[@]}" -np 4 "$t/lpp2dp2z2zb" "${run[@]}" --log "$t/lpp2dp2z2zb.jsonl" >/dev/null
+compare "llama pp2 x dp2 zb zero 2 (zlate)" "$t/lpp2dp2z2zb.jsonl" "$t/lone.jsonl"
 # stages of unequal layer counts (`pp N layers(..)`: each stage's block of the layer stacks padded to
 # the largest count): pp2 layers(1, 3) 1F1B, pp3 layers(1, 2, 1) GPipe (3 does not divide 4), pp2
 # layers(3, 1) zb x dp2, against the single rank

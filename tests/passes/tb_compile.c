@@ -6,6 +6,17 @@
 
 #include "pipeline.h"
 
+/* m through every pass of the pipeline but `skip` (NULL: all), verified; NULL where one fails. */
+static Module *run_but(Module *m, const char *skip) {
+  PipelineOptions po = {.verify = true};
+  if (!skip) return pipeline_run(m, &po) ? m : NULL;
+  const char *names[64];
+  pipeline_pass_names(names, 64);
+  for (int i = 0; names[i]; i++)
+    if (strcmp(names[i], skip) != 0 && !pipeline_run_pass(m, names[i], &po)) return NULL;
+  return m;
+}
+
 Module *tb_compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, const char *prec, Target target,
                    const char *skip) {
   return tb_compile_on(a, path, defs, ndefs, prec, target, skip, 1);
@@ -21,13 +32,7 @@ Module *tb_compile_on(Arena *a, const char *path, const FeDefine *defs, int ndef
   if (!m) return NULL;
   m->target = target;
   m->has_topology = false;
-  PipelineOptions po = {.verify = true};
-  if (!skip) return pipeline_run(m, &po) ? m : NULL;
-  const char *names[64];
-  pipeline_pass_names(names, 64);
-  for (int i = 0; names[i]; i++)
-    if (strcmp(names[i], skip) != 0 && !pipeline_run_pass(m, names[i], &po)) return NULL;
-  return m;
+  return run_but(m, skip);
 }
 
 Module *tb_compile_model(Arena *a, const char *path, const FeDefine *defs, int ndefs, int world, Target target) {
@@ -76,6 +81,5 @@ Module *tb_compile_pp(Arena *a, Target target, const char *path, const FeDefine 
   m->plan.stage_balanced = p->balanced;
   m->plan.nstage_layers = p->layers ? p->nlayers : 0;
   for (int s = 0; p->layers && s < p->nlayers; s++) m->plan.stage_layers[s] = p->layers[s];
-  PipelineOptions po = {.verify = true};
-  return pipeline_run(m, &po) ? m : NULL;
+  return run_but(m, p->skip);
 }

@@ -23,7 +23,7 @@ Module *tb_compile_model(Arena *a, const char *path, const FeDefine *defs, int n
  * `batch`, `schedule` sched (with interleaved: `interleave` v), zero 0 and recompute none unless
  * defs say otherwise, tp allowed across nodes; the stages' layers as written (`layers(..)`: nlayers
  * counts) or balanced; the driver's inputs (zb's list times, the balance's memory calibration) as
- * given. NULL when it does not compile or a pass fails (verified). */
+ * given; every pass but `skip` (NULL: all). NULL when it does not compile or a pass fails (verified). */
 typedef struct {
   int pp, dp, tp, v; /* v: interleave's chunks (0: no interleave given) */
   const char *sched;
@@ -35,6 +35,7 @@ typedef struct {
   const double *sched_times;    /* Plan.sched_times */
   const int64_t *stage_fixed;   /* Plan.stage_fixed, stage_cap */
   double stage_cap;
+  const char *skip;             /* a pass not run (tb_compile's skip), NULL: none */
 } TbPp;
 Module *tb_compile_pp(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, const TbPp *p);
 

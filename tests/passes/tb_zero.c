@@ -196,3 +196,41 @@ int tb_check_scatters_deferred(const Module *m, const char *what) {
   expect(!read && !unplaced, msg, &failures);
   return failures;
 }
+
+/* zb's W loop: a backward layer loop carrying nothing (the weight gradients; B carries the input's) */
+static bool is_w_loop(const Node *n, int stage) {
+  return n->op == OP_REPEAT && n->stage == stage && n->a.reverse && n->a.ncarry == 0;
+}
+
+int tb_check_zero_late(const Module *m, int want, const char *what) {
+  const Graph *g = m->graph;
+  int late = 0, early = 0, left = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *s = g->nodes[i];
+    if (s->op != OP_REDUCE_SCATTER || s->a.mesh_axis != RT_AX_DP || s->stage <= 0 || s->stageset) continue;
+    int rd = i + 1; /* its first reader: the running sum's add */
+    for (bool found = false; rd < g->nnodes; rd++) {
+      for (int j = 0; j < g->nodes[rd]->nin; j++) found |= g->nodes[rd]->in[j]->def == s;
+      if (found) break;
+    }
+    if (rd >= g->nnodes || g->nodes[rd]->op != OP_ADD) continue;
+    if (i > 0 && is_w_loop(g->nodes[i - 1], s->stage)) {
+      late++;
+      continue;
+    }
+    int b = i - 1; /* its stage's loop before it: B (reverse, carrying the input's gradient), else not a candidate */
+    while (b >= 0 && !(g->nodes[b]->op == OP_REPEAT && g->nodes[b]->stage == s->stage)) b--;
+    if (b < 0 || !g->nodes[b]->a.reverse || g->nodes[b]->a.ncarry == 0) continue;
+    int k = i + 1; /* its stage's next loop, before the reader */
+    while (k < rd && !(g->nodes[k]->op == OP_REPEAT && g->nodes[k]->stage == s->stage)) k++;
+    if (k < rd && is_w_loop(g->nodes[k], s->stage)) early++;
+    else left++;
+  }
+  int failures = 0;
+  char msg[320];
+  snprintf(msg, sizeof msg, "%s, zero %d: %d non-layer gradient dp reduce-scatters issued right after zb's W loop (want %d), "
+           "%d still issued before it (want 0), %d after a B followed by no W loop", what, m->plan.zero, late, want, early, left);
+  expect(late == want && early == 0, msg, &failures);
+  if (!failures) fprintf(stderr, "  %s\n", msg);
+  return failures;
+}

@@ -30,4 +30,10 @@ int tb_check_zero_coalesced(const Module *m, const char *what);
  * lines (0 for any other plan). */
 int tb_check_scatters_deferred(const Module *m, const char *what);
 
+/* m under pp, zb and zero >= 2, dp > 1 (passes/zero_late.c): the top level's dp reduce-scatters of a
+ * non-layer gradient (each micro-batch's embedding gradient on the first stage) issued right after their
+ * stage's W loop: want of them, and none still issued before the W loop that follows it (its next loop).
+ * Returns FAIL lines. */
+int tb_check_zero_late(const Module *m, int want, const char *what);
+
 #endif

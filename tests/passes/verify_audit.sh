@@ -15,6 +15,7 @@ plans=(
   "models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=2 -D offload=on --world 2 --target cuda"
   "models/llama3-8b.model|-D pp=4 -D batch=64 --world 64 -D zero=3 -D recompute=selective"
   "models/llama3-8b.model|-D pp=4 -D schedule=zb --world 32 -D batch=64"
+  "models/llama3-8b.model|-D vocab=128 -D seq=8 -D d=32 -D heads=4 -D kv_heads=2 -D layers=4 -D ffn=48 -D pp=2 -D dp=2 -D tp=1 -D sp=off -D schedule=zb -D zero=2 -D bucket=16KiB -D micro_batch=2 -D batch=8 --world 4"
   "models/llama3-8b.model|-D cp=2 -D tp=2 --world 8"
   "models/gpt2-124m.model|--target cuda -D precision=bf16 --world 4 -D zero=3 -D recompute=full"
   "models/gpt2-124m.model|--target cuda -D pp=2 --world 4 -D zero=1"

@@ -1,0 +1,81 @@
+/* passes/zero_late.c — the `zlate` pass: under pp and ZeRO-2/3, a non-layer parameter's gradient
+ * reduce-scatter over dp (top level: the embedding's, stage 0's B; passes/zero_sums.c scatter_chain) is
+ * issued after its stage's next backward layer loop when that loop is zb's W (a weight-gradient loop:
+ * reverse, no carry) scattering over dp, not before it: W's per-layer scatters, waited in or after the
+ * loop, no longer queue behind it on the dp channel (Llama-3-8B dp 256 pp 4 zb z2: 1,002 MiB, ~21 ms,
+ * ahead of stage 0's W). Its reader (the running sum's add) moves to just before that add's own first
+ * reader, so the wait falls a micro-batch later. Order only: the same nodes, the same values
+ * (docs/pipeline.md, "Under recompute"; tests/passes/test_pp_equiv.c's run_zlate). 1F1B, GPipe and
+ * interleaved have no W loop: nothing moves there.
+ */
+#include <string.h>
+
+#include "passes.h"
+#include "zero.h"
+
+static bool scatters_dp(const Graph *b, int axis) {
+  for (int j = 0; j < b->nnodes; j++) {
+    const Node *s = b->nodes[j];
+    if (s->op == OP_REDUCE_SCATTER && s->a.mesh_axis == axis) return true;
+    if (s->op == OP_REPEAT && scatters_dp(s->body, axis)) return true;
+  }
+  return false;
+}
+
+static int pos_of(const Graph *g, const Node *n, int from) {
+  for (int i = from; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+/* moves node at position from to position to (to > from: it lands after what was at to) */
+static void move_node(Graph *g, int from, int to) {
+  Node *n = g->nodes[from];
+  if (to > from) memmove(&g->nodes[from], &g->nodes[from + 1], (size_t)(to - from) * sizeof(Node *));
+  else memmove(&g->nodes[to + 1], &g->nodes[to], (size_t)(from - to) * sizeof(Node *));
+  g->nodes[to] = n;
+}
+
+/* the first position after i of a node reading n's output (g->nnodes: none, or a result) */
+static int first_reader(const Graph *g, const Node *n, int i) {
+  for (int k = i + 1; k < g->nnodes; k++) {
+    const Node *r = g->nodes[k];
+    for (int j = 0; j < r->nin; j++)
+      if (r->in[j]->def == n) return k;
+  }
+  return g->nnodes;
+}
+
+bool pass_zero_late(Module *m) {
+  if (!m->mesh || m->mesh->dim[RT_AX_PP] <= 1 || m->plan.zero < 2) return true;
+  Graph *g = m->graph;
+  int axis = RT_AX_DP;
+  bool moved = false;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *s = g->nodes[i];
+    if (s->op != OP_REDUCE_SCATTER || s->a.mesh_axis != axis || s->stage <= 0 || s->stageset) continue;
+    int rd = first_reader(g, s, i);
+    if (rd >= g->nnodes) continue;
+    Node *r = g->nodes[rd];
+    if (r->op != OP_ADD || r->stage != s->stage) continue;
+    /* only right after the stage's backward loop (B) and before its next loop when that is zb's W
+     * (reverse, no carry: the weight gradients) and scatters over dp */
+    int b = -1, w = -1;
+    for (int k = i - 1; k >= 0 && b < 0; k--)
+      if (g->nodes[k]->op == OP_REPEAT && g->nodes[k]->stage == s->stage) b = k;
+    if (b < 0 || !g->nodes[b]->a.reverse || g->nodes[b]->a.ncarry == 0) continue;
+    for (int k = i + 1; k < rd && w < 0; k++)
+      if (g->nodes[k]->op == OP_REPEAT && g->nodes[k]->stage == s->stage) w = k;
+    if (w < 0) continue;
+    const Node *wl = g->nodes[w];
+    if (!wl->a.reverse || wl->a.ncarry != 0 || !scatters_dp(wl->body, axis)) continue;
+    move_node(g, i, w); /* s now right after the loop */
+    int at = pos_of(g, r, w);
+    int rr = first_reader(g, r, at);
+    if (rr < g->nnodes && rr - 1 > at) move_node(g, at, rr - 1);
+    i--; /* the node now at i is new */
+    moved = true;
+  }
+  if (moved) ir_touch(g);
+  return true;
+}
