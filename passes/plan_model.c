@@ -533,6 +533,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
         raw[PK_F0] += ((double)n[0] - lmaxc) * tf / per;
         raw[PK_B0] += ((double)n[0] - lmaxc) * tb / per;
         raw[PK_FL] += ((double)n[nv - 1] - lmaxc) * tf / per;
+        raw[PK_BL] += ((double)n[nv - 1] - lmaxc) * tb / per;
       }
       for (int i = 0; i < PP_KEYS; i++) key[i] = pp_round(raw[i] / tf);
     }
