@@ -495,12 +495,13 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * gather after them (no collective hidden by the copies): an iteration no shorter (Llama-3-405B dp 128
      * tp 4+sp pp 2 cp 2, compiled F 1.23 s a micro-batch of 63 layers, 17.2 + 2.4 ms a gather and its
      * copies; 0.90 s of compute) */
-    if (zpp && c->zero >= 3) tf = fmax(tf, (gather_pt + copy_pt) * lst / cv);
+    if (zpp && c->zero >= 3) tf = fmax(tf + gather_pt, (gather_pt + copy_pt) * lst / cv); /* (its first in front) */
     if (!zpp) tb += bcopy_pt * lst / cv; /* (else in the loop stalled on the scatters, below) */
     /* the loops making the layer gradients (B; zb: W, its weight-gradient GEMMs alone, no gathers
      * before them) stalled on their scatters as pp 1's (scatter_stall), a layer of the instruction's
      * compute an iteration, the loop the chunk's layers; the coalesced scatters' copies in it (ZeRO-2's
      * decided there). Llama-3-405B dp 16 tp 8+sp pp 16 z2 (Meta's at zero 2): 32 ms a layer's B, compiled 31 */
+    double tb0 = tb; /* (ZeRO-3: B's first gather in front of its loop, where the loop does not wait on the channel) */
     if (zpp) {
       double *ti = zb ? &tw : &tb, scopy = bcopy_s;
       double rec = zb ? 0 : (g1 * 3 * (rec_gemm - 1) + sa * (attn_f - attn_once) / accum / cv + (elr - el0)) / (lst / cv);
@@ -510,7 +511,10 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       *ti += (st + scopy / (accum * lst)) * lst / cv;
       bcopy_s = scopy;
       stall = st * lst * accum;
+      if (c->zero >= 3) tb = zb ? fmax(tb + gather_pt, (gather_pt + copy_pt) * lst / cv) : fmax(tb, tb0 + gather_pt);
     }
+    double ze[3] = {0}; /* ZeRO-3: the head's and the embedding's gathers and scatters (zero3_pp_edges) */
+    if (zpp) zero3_pp_edges(pm, c, zn, zbw, zlat, &ze[0], &ze[1], &ze[2]);
     double per = lst / cv; /* a chunk's layers */
     double emb = sm * (2 * unit + pm->vocab / tp * d * cb) + 4 * ko;
     double headf = sg * tok / tp * 6 * pm->vocab * d + sm * tok * pm->vocab / tp * 16 + ko * KERN_HEAD + 2 * ring * cv / lst;
@@ -519,7 +523,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     const CostLink *pl = &dev->link[rps >= dpn && dpn > 1 ? 1 : 0];
     double share = rps >= dpn && dpn > 1 ? dpn : 1;
     if (tf > 0) {
-      double raw[PP_KEYS] = {[PK_B] = tb, [PK_W] = tw, [PK_F0] = sm * 2 * unit + 2 * ko, [PK_B0] = emb, [PK_FL] = headf,
+      double raw[PP_KEYS] = {[PK_B] = tb, [PK_W] = tw, [PK_F0] = sm * 2 * unit + 2 * ko + ze[0], [PK_B0] = emb + ze[1], [PK_FL] = headf + ze[2],
                              [PK_MERGE] = merge, [PK_LAT] = pl->latency_s,
                              [PK_RECV] = pl->bytes_per_s > 0 ? unit / (c->sp ? tp : 1) * share / pl->bytes_per_s : 0};
       e->bal_f = tf / per, e->bal_b = (tb + tw) / per;
@@ -529,6 +533,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
         raw[PK_F0] += ((double)n[0] - lmaxc) * tf / per;
         raw[PK_B0] += ((double)n[0] - lmaxc) * tb / per;
         raw[PK_FL] += ((double)n[nv - 1] - lmaxc) * tf / per;
+        raw[PK_BL] += ((double)n[nv - 1] - lmaxc) * tb / per;
       }
       for (int i = 0; i < PP_KEYS; i++) key[i] = pp_round(raw[i] / tf);
     }

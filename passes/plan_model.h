@@ -68,9 +68,9 @@ typedef struct {
 
 /* A pipelined candidate's stage times, over a middle stage's F of one chunk (rounded to 1/8): its B
  * (zb: without W), W (zb), the first stage's F and B more (the embedding), the last stage's F more
- * (the head and loss), the merge of a finished micro-batch between a stage's instructions, and each
+ * (the head and loss) and its B more (uneven: its own layers), the merge of a finished micro-batch between a stage's instructions, and each
  * receive's latency and bytes over the link. */
-enum { PK_B, PK_W, PK_F0, PK_B0, PK_FL, PK_MERGE, PK_LAT, PK_RECV, PP_KEYS };
+enum { PK_B, PK_W, PK_F0, PK_B0, PK_FL, PK_BL, PK_MERGE, PK_LAT, PK_RECV, PP_KEYS };
 
 typedef struct {
   double cls[MEM_COUNT]; /* bytes per rank at the peak, by class */

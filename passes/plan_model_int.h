@@ -69,6 +69,11 @@ bool layer_scatters(const PlanModel *pm, const struct PlanCand *c, double cap, i
  * zero_coalesce_pays); *bcopy_s: the copies' seconds in `points` bodies. */
 bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, double lat, double p_layer,
                        double exposed, bool defer, double points, double *bcopy_s);
+/* ZeRO-3 under pp: the dp collectives outside the stages' layer loops, not hidden (plan_model_zero.c): the
+ * head's gathers and its gradient's scatter in the last stage's F (*fl), the embedding's gather in the first
+ * stage's F (*f0) and its gradient's scatter after its B (*b0). */
+void zero3_pp_edges(const PlanModel *pm, const struct PlanCand *c, int n, double bw, double lat, double *f0, double *b0,
+                    double *fl);
 /* A backward layer loop's iteration stalled on its layer's gradient reduce-scatters (pp 1's loop and the
  * stages' B, zb: W, loops): the seconds beyond its compute b. */
 double scatter_stall(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c, int n, double bw,

@@ -75,7 +75,7 @@ static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double 
   if (!t) die("plan model: out of memory");
   for (int i = 0; i < PK_MERGE; i++) k[i] = pp_lkey(key[i]);
   for (int st = 0; st < pp; st++) t[st] = 1, t[pp + st] = k[PK_B], t[2 * pp + st] = k[PK_W];
-  t[0] += k[PK_F0], t[pp] += k[PK_B0], t[pp - 1] += k[PK_FL];
+  t[0] += k[PK_F0], t[pp] += k[PK_B0], t[pp - 1] += k[PK_FL], t[2 * pp - 1] += k[PK_BL];
   for (int i = 0; i < 3 * pp; i++) t[i] = fmax(t[i], 1.0 / 16); /* (an uneven split's lighter stages) */
   PipeSched s = pipe_sched_make_timed(kind, pp, M, v, t);
   free(t);
@@ -83,7 +83,8 @@ static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double 
 }
 
 /* Lists s (checked: order) played with key's times: each instruction its stage's F, B or W (a chunk's;
- * the first virtual stage's F and B with the embedding, the last's F with the head), the merge of a
+ * the first virtual stage's F and B with the embedding, the last's F with the head, its B with its own
+ * layers), the merge of a
  * micro-batch before the stage's instruction after its last one of it (chunk 0's B; zb: W), each
  * receive's latency and copy. */
 static double play_lists(const PipeSched *s, const PipeStep *order, const double *key, double *busy_last, double *bubble) {
@@ -98,6 +99,7 @@ static double play_lists(const PipeSched *s, const PipeStep *order, const double
       if (in.op == 'F' && vs == 0) d += key[PK_F0];
       if (in.op == 'B' && vs == 0) d += key[PK_B0];
       if (in.op == 'F' && vs == nvs - 1) d += key[PK_FL];
+      if (in.op == 'B' && vs == nvs - 1) d += key[PK_BL];
       pt.dur[st][k] = fmax(d, 1.0 / 64);
       if ((in.op == 'F' && vs > 0) || (in.op == 'B' && vs < nvs - 1)) pt.lat[st][k] = key[PK_LAT], pt.recv[st][k] = key[PK_RECV];
       if (k + 1 < s->len[st] && in.op == last_op && in.chunk == 0) pt.pre[st][k + 1] += key[PK_MERGE];

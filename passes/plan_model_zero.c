@@ -155,3 +155,21 @@ double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *d
   }
   return bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
 }
+
+/* ZeRO-3 under pp: what the stages run outside their layer loops on the dp channel (over n ranks, bw,
+ * lat), which the instructions' loops do not hide (compiled, Llama-3-8B dp 256 tp 2+sp pp 4 1f1b z3: 86 ms
+ * a step between a middle stage's instructions, 141 on the first, 189 on the last). Each F and B loop
+ * gathers its first layer in front of it (passes/zero.c's prefetch, before the loop: `first`, a layer's
+ * gather, gather_pt); the head's matrix ([vocab / tp, d] in the compute precision) is gathered twice in
+ * the last stage's F (for the head's forward and again for its backward, which F runs: the loss's
+ * gradient), whose f32 gradient is scattered at F's end, ahead of B's first gather on the channel; the
+ * first stage's F gathers the embedding's, and its B's scatter of the embedding's gradient is waited
+ * by its sum after B. *fl: the last stage's F, *f0 and *b0 the first stage's F and B. */
+void zero3_pp_edges(const PlanModel *pm, const PlanCand *c, int n, double bw, double lat, double *f0, double *b0,
+                    double *fl) {
+  *f0 = *b0 = *fl = 0;
+  if (c->zero < 3 || c->pp <= 1 || n <= 1 || bw <= 0) return;
+  double hv = pm->vocab / c->tp * pm->d; /* the head's (the embedding's) elements on a rank */
+  double g = ring_s(hv * pm->cb, 1, n, bw, lat), s = ring_s(hv * 4, 1, n, bw, lat);
+  *f0 = g, *b0 = s, *fl = 2 * g + s;
+}
