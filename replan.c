@@ -18,30 +18,20 @@
 static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m);
 
 /* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
- * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.wcopy_fit_*,
- * the plan with the weights' persistent bf16 copies against it; Plan.defer_fit_*, the plan with the
- * deferred scatter waits against it). as_is: compiled with the auto choices these figures leave, not
+ * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.fit, the memory
+ * auto choices' figures: auto_memory). as_is: compiled with the auto choices these figures leave, not
  * planned again where that does not fit (auto_memory's measuring compiles). */
 typedef struct {
   const double *sched_times;
   const int64_t *stage_fixed;
   double stage_cap;
-  int64_t wcopy_fit_total;
-  double wcopy_fit_cap;
-  bool wcopy_fit_lost;
-  int64_t defer_fit_total;
-  double defer_fit_cap;
-  bool defer_fit_lost;
+  PlanFit fit;
   bool as_is;
-  int64_t zbw_fit_total; /* Plan.zbw_fit_*: the plan with zb's W holding B's recomputed values */
-  double zbw_fit_cap;
-  bool zbw_fit_lost;
-  unsigned char auto_kept; /* Plan.auto_kept */
 } PlanInputs;
 
 /* Whether auto_memory's figures drop zb's W hold (passes/recompute.c: W recomputes, its times longer). */
 static bool zbw_dropped(const PlanInputs *io) {
-  return io->zbw_fit_lost || fit_figure_over((double)io->zbw_fit_total, io->zbw_fit_cap);
+  return io->fit.zbw.lost || fit_figure_over((double)io->fit.zbw.total, io->fit.zbw.cap);
 }
 
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io);
@@ -96,16 +86,7 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       m->plan.sched_times = in->sched_times;
       m->plan.stage_fixed = in->stage_fixed;
       m->plan.stage_cap = in->stage_cap;
-      m->plan.wcopy_fit_total = in->wcopy_fit_total;
-      m->plan.wcopy_fit_cap = in->wcopy_fit_cap;
-      m->plan.defer_fit_total = in->defer_fit_total;
-      m->plan.defer_fit_cap = in->defer_fit_cap;
-      m->plan.zbw_fit_total = in->zbw_fit_total;
-      m->plan.zbw_fit_cap = in->zbw_fit_cap;
-      m->plan.zbw_fit_lost = in->zbw_fit_lost;
-      m->plan.auto_kept = in->auto_kept;
-      m->plan.wcopy_fit_lost = in->wcopy_fit_lost;
-      m->plan.defer_fit_lost = in->defer_fit_lost;
+      m->plan.fit = in->fit;
     } else { /* their own quiet compiles, outside this one's diag (the copies' fit: below, from this one) */
       m->plan.sched_times = zb_times(r, a, kv, n, m, NULL);
       Arena check;
@@ -205,10 +186,10 @@ static bool mem_variant(MemVariants *s, unsigned keep) {
  * else each dropped alone (one compile each), the fastest of those that fit taken; else (three open, no
  * one dropped fits) the ones keeping one choice, in the order of the step the singles predict (each
  * choice's seconds lost and bytes saved, added), the first that fits taken; else none. The choice goes to
- * the passes as the figures of the plan with each choice, in io->wcopy_fit_* / defer_fit_* / zbw_fit_* (the
+ * the passes as the figures of the plan with each choice, in io->fit (wcopy, defer, zbw; the
  * pass drops a choice whose figure is over the device's memory, or marked lost, and says why in the memory
  * report): a choice taken, the figure of the plan taken (it fits); a choice dropped, that of the fastest
- * compiled plan with it that fits, marked lost (io->auto_kept: what was kept instead), else that of the
+ * compiled plan with it that fits, marked lost (io->fit.kept: what was kept instead), else that of the
  * smallest compiled plan with it (over the device). Nothing where none is open, without a device memory,
  * or when a compile fails (the caller's own compile reports why). */
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io) {
@@ -263,9 +244,7 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
   }
   fclose(null);
   unsigned kept = pick >= 0 ? s.v[pick].keep : 0;
-  int64_t *total[3] = {&io->wcopy_fit_total, &io->defer_fit_total, &io->zbw_fit_total};
-  double *capk[3] = {&io->wcopy_fit_cap, &io->defer_fit_cap, &io->zbw_fit_cap};
-  bool *lost[3] = {&io->wcopy_fit_lost, &io->defer_fit_lost, &io->zbw_fit_lost};
+  FitFigure *fig[3] = {&io->fit.wcopy, &io->fit.defer, &io->fit.zbw};
   for (int k = 0; k < 3; k++) {
     if (!(full >> k & 1u)) continue;
     int by = -1; /* the plan its figure is from */
@@ -273,14 +252,14 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
     else {
       for (int i = 0; i < s.nv; i++) /* the fastest that fits with it */
         if (s.v[i].keep >> k & 1u && s.v[i].fits && (by < 0 || s.v[i].step < s.v[by].step)) by = i;
-      *lost[k] = by >= 0;
+      fig[k]->lost = by >= 0;
       if (by < 0)
         for (int i = 0; i < s.nv; i++) /* the smallest with it */
           if (s.v[i].keep >> k & 1u && (by < 0 || s.v[i].total < s.v[by].total)) by = i;
     }
-    *total[k] = (int64_t)s.v[by].total, *capk[k] = cap;
+    fig[k]->total = (int64_t)s.v[by].total, fig[k]->cap = cap;
   }
-  io->auto_kept = (unsigned char)kept;
+  io->fit.kept = (unsigned char)kept;
 }
 
 Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag) {
@@ -325,7 +304,7 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
   int64_t M = m->batch.accum, lo = m->plan.stage_balanced ? (M < pp ? M : pp) : 1, hi = lo < M ? lo + 1 : lo;
   if (n + 2 > MAXKV || pp > MAXPP) return NULL;
   PlanInputs equal = {0}; /* (zb_w auto: W holding, or as auto_memory decided it: zbw) */
-  if (zbw) equal.zbw_fit_total = zbw->zbw_fit_total, equal.zbw_fit_cap = zbw->zbw_fit_cap, equal.zbw_fit_lost = zbw->zbw_fit_lost;
+  if (zbw) equal.fit.zbw = zbw->fit.zbw;
   double sum[2][3 * MAXPP];
   int cnt[2][3 * MAXPP];
   for (int j = 0; j < (hi > lo ? 2 : 1); j++) {
@@ -383,14 +362,10 @@ static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const
  * auto_memory's first. */
 static void auto_memory_from(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m, Module *first) {
   Plan *p = &m->plan;
-  if (p->wcopy_fit_total || p->defer_fit_total || p->zbw_fit_total || memplan_capacity(m, NULL, 0) <= 0) return;
+  if (p->fit.wcopy.total || p->fit.defer.total || p->fit.zbw.total || memplan_capacity(m, NULL, 0) <= 0) return;
   PlanInputs io = {.sched_times = p->sched_times, .stage_fixed = p->stage_fixed, .stage_cap = p->stage_cap};
   auto_memory(r, check, kv, n, m, first, &io);
-  p->wcopy_fit_total = io.wcopy_fit_total, p->wcopy_fit_cap = io.wcopy_fit_cap;
-  p->defer_fit_total = io.defer_fit_total, p->defer_fit_cap = io.defer_fit_cap;
-  p->zbw_fit_total = io.zbw_fit_total, p->zbw_fit_cap = io.zbw_fit_cap;
-  p->wcopy_fit_lost = io.wcopy_fit_lost, p->defer_fit_lost = io.defer_fit_lost, p->zbw_fit_lost = io.zbw_fit_lost;
-  p->auto_kept = io.auto_kept;
+  p->fit = io.fit;
   if (p->sched_times && zbw_dropped(&io)) p->sched_times = zb_times(r, a, kv, n, m, &io); /* W recomputes */
 }
 

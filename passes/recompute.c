@@ -44,7 +44,7 @@
  * cheap ops (elementwise, copies, rope, norms) whose inputs W has without holding more, which W re-runs:
  * W runs no forward GEMM, attention or collective. `zb_w auto | hold | recompute` (plan option) chooses:
  * auto holds where the driver keeps it (replan.c's auto_memory, with `weight_copy auto` and `defer_waits auto`:
- * the fastest plan that fits; Plan.zbw_fit_*), else W recomputes from the forward's saved values as any
+ * the fastest plan that fits; Plan.fit.zbw), else W recomputes from the forward's saved values as any
  * backward; the memory report says which and why (Module.zbw).
  *
  * Where: after `shard` and `buckets`, before `fuse` and `memplan`. It must see the backward
@@ -596,8 +596,8 @@ bool pass_recompute(Module *m) {
   /* zb's W under recompute (from_b): held where `zb_w hold`, or auto where the plan with the hold fits the
    * device and no plan without it that fits is faster, as the driver decided it with the other memory-dependent
    * auto choices (replan.c, auto_memory), else recomputed from the forward's saved values */
-  bool unfit = fit_figure_over((double)p->zbw_fit_total, p->zbw_fit_cap);
-  m->zbw.held = p->zb_w == ZBW_HOLD || (p->zb_w == ZBW_AUTO && !unfit && !p->zbw_fit_lost);
+  bool unfit = fit_figure_over((double)p->fit.zbw.total, p->fit.zbw.cap);
+  m->zbw.held = p->zb_w == ZBW_HOLD || (p->zb_w == ZBW_AUTO && !unfit && !p->fit.zbw.lost);
   int nw = recompute_graph(p->recompute, m->target == TARGET_CUDA && fuse_on(m, FUSE_SWIGLU), m->graph, m);
   if (!nw || p->recompute == RECOMPUTE_NONE) {
     if (p->zb_w != ZBW_AUTO) { /* written, and no W recomputes anything: refused, not ignored */
@@ -615,15 +615,15 @@ bool pass_recompute(Module *m) {
   if (p->zb_w != ZBW_AUTO) m->zbw.why = p->zb_w == ZBW_HOLD ? "zb_w hold (the plan)" : "zb_w recompute (the plan)";
   else if (unfit)
     m->zbw.why = arena_printf(m->arena, "the plan with the hold needs %.1f MiB per rank, over the device's %.1f MiB",
-                              (double)p->zbw_fit_total / mib, p->zbw_fit_cap / mib);
-  else if (p->zbw_fit_lost)
+                              (double)p->fit.zbw.total / mib, p->fit.zbw.cap / mib);
+  else if (p->fit.zbw.lost)
     m->zbw.why = arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with the hold, of the device's %.1f MiB; "
-                              "not with %s too, which %s the cost model has faster", (double)p->zbw_fit_total / mib,
-                              p->zbw_fit_cap / mib, fit_auto_kept(m, p->auto_kept),
-                              p->auto_kept & (p->auto_kept - 1) ? "together" : "alone");
-  else if (p->zbw_fit_total > 0)
+                              "not with %s too, which %s the cost model has faster", (double)p->fit.zbw.total / mib,
+                              p->fit.zbw.cap / mib, fit_auto_kept(m, p->fit.kept),
+                              p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
+  else if (p->fit.zbw.total > 0)
     m->zbw.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with the hold, of the device's %.1f MiB",
-                              (double)p->zbw_fit_total / mib, p->zbw_fit_cap / mib);
+                              (double)p->fit.zbw.total / mib, p->fit.zbw.cap / mib);
   else m->zbw.why = "auto (no device memory to check it against)";
   return true;
 }
