@@ -89,6 +89,9 @@ typedef struct {
  * (zbw: W holding B's recomputed values, passes/recompute.c). */
 typedef struct {
   FitFigure wcopy, defer, zbw;
+  /* zb_w auto: the hold taken for the last zbw_layers layers of each stage's loop only (the largest such
+   * hold that fits, where the whole hold does not: auto_memory); 0: all or none, as zbw says */
+  int zbw_layers;
   /* the choices kept where one that fit was dropped on speed (a lost): AUTO_MEM_* bits, for the memory
    * report's why (fit_auto_kept) */
   unsigned char kept;
@@ -121,6 +124,9 @@ typedef struct {
    * GEMMs' inputs B's recompute made, held from B to W, or recomputes them from the forward's saved values
    * (passes/recompute.c). auto: decided by the driver (fit.zbw) */
   enum { ZBW_AUTO, ZBW_HOLD, ZBW_RECOMPUTE } zb_w;
+  /* `zb_w hold(N)` (`-D zb_w=hold:N`): W holds for the last N layers of each stage's layer loop only, and
+   * recomputes for the others (passes/recompute_split.c); 0: all (`zb_w hold`) */
+  int zb_w_layers;
   /* the driver's figures for the auto choices above (replan.c, auto_memory; all 0 where not measured) */
   PlanFit fit;
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
@@ -268,6 +274,7 @@ typedef struct {
     int values;
     int64_t bytes;
     bool held;       /* W holds (else recomputes: zb_w recompute, or auto where the hold did not fit) */
+    int layers;      /* held for the last `layers` layers of each stage's loop only (hold(N)); 0: all */
     const char *why; /* the decision, for the memory report (NULL: no zb W loop under recompute) */
   } zbw;
   const char *cost_profile; /* `--profile FILE`: the device figures the passes' cost model reads (NULL: the

@@ -159,10 +159,11 @@ static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, cons
             what, owned, states, every);
     failures++;
   }
-  int wloops = 0; /* zb: one weight-gradient loop (no carry) per stage and micro-batch */
+  int wloops = 0; /* zb: one weight-gradient loop (no carry) per stage and micro-batch; hold(N): two, the triples cut */
+  int parts = m->zbw.layers > 0 ? 2 : 1;
   for (int i = 0; i < g->nnodes; i++) wloops += g->nodes[i]->op == OP_REPEAT && g->nodes[i]->a.ncarry == 0;
-  if (wloops != (zb ? pp * (int)M : 0)) {
-    fprintf(stderr, "FAIL %s: %d weight-gradient loops, want %d\n", what, wloops, zb ? pp * (int)M : 0);
+  if (wloops != (zb ? parts * pp * (int)M : 0)) {
+    fprintf(stderr, "FAIL %s: %d weight-gradient loops, want %d\n", what, wloops, zb ? parts * pp * (int)M : 0);
     failures++;
   }
   /* zb: W runs the weight-gradient GEMMs (x^T dy) and no forward again: under recompute it takes
@@ -170,15 +171,28 @@ static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, cons
    * recomputed the layer's forward (its GEMMs and attention) a second time before; `zb_w recompute`
    * (m->zbw.why set, not held): it recomputes them */
   bool rerun = m->zbw.why && !m->zbw.held;
-  int fwd = 0, wgemm = 0;
+  int fwd = 0, wgemm = 0, lo_rerun = 0, hi_held = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *w = g->nodes[i];
     if (w->op != OP_REPEAT || w->a.ncarry != 0) continue;
+    int f = 0;
     for (int k = 0; k < w->body->nnodes; k++) {
       const Node *n = w->body->nodes[k];
-      fwd += n->op == OP_SDPA || (n->op == OP_MATMUL && !n->a.ta);
+      f += n->op == OP_SDPA || (n->op == OP_MATMUL && !n->a.ta);
       wgemm += n->op == OP_MATMUL && n->a.ta;
     }
+    if (m->zbw.layers > 0) { /* hold(N): the W over the stage's first rows recomputes, the one over its last N holds */
+      int64_t start = -1;
+      for (int j = 0; j < w->a.nxs; j++)
+        if (w->in[j]->def->op == OP_SLICE && w->in[j]->def->a.axis == 0) start = w->in[j]->def->a.start;
+      lo_rerun += start == 0 && f > 0;
+      hi_held += start > 0 && f == 0 && w->a.count == m->zbw.layers;
+    } else fwd += f;
+  }
+  if (m->zbw.layers > 0 && (lo_rerun != pp * (int)M || hi_held != pp * (int)M)) {
+    fprintf(stderr, "FAIL %s: hold(%d): %d W loops over the first layers recompute, %d over the last hold (want %d each)\n",
+            what, m->zbw.layers, lo_rerun, hi_held, pp * (int)M);
+    failures++;
   }
   if ((fwd > 0) != rerun || (zb && !wgemm)) {
     fprintf(stderr, "FAIL %s: the W loops run %d forward GEMMs or attentions (want %s) and %d weight-gradient GEMMs\n", what,
@@ -679,17 +693,19 @@ static void check_balance(void) {
   expect(!pipe_balance_split(&b, n), "balanced: no split of 3 layers over 4 stages");
 }
 
-/* `zb_w hold | recompute` (passes/recompute.c): zb under recompute with W holding what B's recompute made,
- * and with W recomputing it from the forward's saved values (check_shape: its W loops run forward GEMMs
- * then, none held), each equal to the single rank: pp 2, 4 micro-batches. */
+/* `zb_w hold | recompute | hold(1)` (passes/recompute.c): zb under recompute with W holding what B's recompute
+ * made, with W recomputing it from the forward's saved values (check_shape: its W loops run forward GEMMs
+ * then, none held), and holding it for the last layer of each stage's two only (passes/recompute_split.c:
+ * check_shape: the W over the first layer runs them, the one over the last none), each equal to the single
+ * rank: pp 2, 4 micro-batches. */
 static void run_zb_w(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S, int64_t V) {
-  fprintf(stderr, "%s, zb_w hold | recompute\n", label);
+  fprintf(stderr, "%s, zb_w hold | recompute | hold:1\n", label);
   Arena ra;
   arena_init(&ra);
   Module *ref = compile(&ra, TARGET_CPU, path, defs, ndefs, 1, 1, 1, "1f1b", B, B);
   Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V), tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
-  static const char *const how[] = {"hold", "recompute"};
-  for (int k = 0; k < 2 && ref; k++) {
+  static const char *const how[] = {"hold", "recompute", "hold:1"}; /* hold:1: the last of each stage's 2 layers */
+  for (int k = 0; k < 3 && ref; k++) {
     FeDefine d[16];
     for (int i = 0; i < ndefs && i < 15; i++) d[i] = defs[i];
     d[ndefs] = (FeDefine){"zb_w", how[k]};
@@ -698,7 +714,7 @@ static void run_zb_w(const char *label, const char *path, const FeDefine *defs, 
     Arena pa;
     arena_init(&pa);
     Module *pm = compile(&pa, TARGET_CPU, path, d, ndefs + 1, 2, 1, 1, "zb", B / 4, B);
-    if (!pm || pm->zbw.held != (k == 0)) {
+    if (!pm || pm->zbw.held != (k != 1) || pm->zbw.layers != (k == 2 ? 1 : 0)) {
       fprintf(stderr, "FAIL %s %s: %s\n", label, what, pm ? "the choice not applied" : "does not compile");
       failures++;
     } else {
