@@ -29,9 +29,10 @@ typedef struct {
   bool as_is;
 } PlanInputs;
 
-/* Whether auto_memory's figures drop zb's W hold (passes/recompute.c: W recomputes, its times longer). */
+/* Whether auto_memory's figures drop zb's W hold, or keep it for some layers only (passes/recompute.c: W
+ * recomputes, for all or some layers, its times longer). */
 static bool zbw_dropped(const PlanInputs *io) {
-  return io->fit.zbw.lost || fit_figure_over((double)io->fit.zbw.total, io->fit.zbw.cap);
+  return io->fit.zbw.lost || fit_figure_over((double)io->fit.zbw.total, io->fit.zbw.cap) || io->fit.zbw_layers > 0;
 }
 
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io);
@@ -176,6 +177,58 @@ static bool mem_variant(MemVariants *s, unsigned keep) {
   return true;
 }
 
+/* zb's W loops' largest count in m's step (the most layers a stage's loop has); 0: none. */
+static int64_t w_layers(const Module *m) {
+  int64_t most = 0;
+  for (int i = 0; m->graph && i < m->graph->nnodes; i++) {
+    const Node *n = m->graph->nodes[i];
+    if (n->op == OP_REPEAT && n->a.ncarry == 0 && n->a.count > most) most = n->a.count;
+  }
+  return most;
+}
+
+/* The plan keeping `keep` (of full) with zb's W holding for the last n layers of each stage's loop only
+ * (`zb_w=hold:n`), compiled: its total and whether it fits; false where the compile failed. */
+static bool hold_variant(MemVariants *s, unsigned keep, int64_t n, double *total, bool *fits) {
+  static const char *const drop[2] = {"weight_copy=per_layer", "defer_waits=off"};
+  enum { MAXKV = 64 };
+  const char *kv2[MAXKV];
+  char hold[32];
+  int n2 = s->n;
+  if (s->n + 3 > MAXKV) return false;
+  for (int i = 0; i < s->n; i++) kv2[i] = s->kv[i];
+  for (int c = 0; c < 2; c++)
+    if ((s->full & ~keep) >> c & 1u) kv2[n2++] = drop[c];
+  snprintf(hold, sizeof hold, "zb_w=hold:%lld", (long long)n);
+  kv2[n2++] = hold;
+  Module *mk = compile_as(s->r, s->a, kv2, n2, s->null, s->as_is);
+  if (!mk || !mk->memplan) return false;
+  double c2 = 0;
+  *fits = fit_plan_fits(mk, total, &c2);
+  return true;
+}
+
+/* auto_memory's partial hold: where the choice taken (kept, fitting at total t0) drops zb's W hold, whose
+ * plan needs t_all, the largest n < layers whose plan (kept, the hold for each stage's last n layers)
+ * fits: its memory grows with n, so a bisection over (0, layers), first tried at the n the two totals
+ * predict (linearly: confirmed in one compile where the prediction holds, log2(layers) at most). 0: none
+ * fits; else its total in *total. */
+static int64_t partial_hold(MemVariants *s, unsigned kept, int64_t layers, double t0, double t_all, double cap,
+                            double *total) {
+  int64_t lo = 0, hi = layers; /* fits with lo (0: none held); not with hi (all) */
+  int64_t guess = t_all > t0 ? (int64_t)((cap - t0) / (t_all - t0) * (double)layers) : layers - 1;
+  while (hi - lo > 1) {
+    int64_t n = guess > lo && guess < hi ? guess : lo + (hi - lo) / 2;
+    guess = n + 1; /* (after a fit: the next one up, the prediction's neighbour) */
+    double t = 0;
+    bool fits = false;
+    if (!hold_variant(s, kept, n, &t, &fits)) return 0;
+    if (fits) lo = n, *total = t;
+    else hi = n, guess = -1;
+  }
+  return lo;
+}
+
 /* The memory-dependent `auto` choices, made together (the one decision): `weight_copy auto` (the weights'
  * persistent bf16 copies, passes/wshadow.c), `defer_waits auto` (the backward loops' scatter waits in the
  * next iteration, passes/zero_defer.c) and `zb_w auto` (zb's W holding the GEMM inputs B's recompute made,
@@ -221,7 +274,9 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
   int nfull = (full & 1) + (full >> 1 & 1) + (full >> 2 & 1);
   s.timed = nfull == 3;
   if (s.v[0].fits) pick = 0;
-  else if (nfull > 1) {
+  else if (nfull == 1 && full == AUTO_MEM_HOLD && w_layers(m0) > 1) { /* the plan without: the partial hold's base */
+    if (mem_variant(&s, 0) && s.v[s.nv - 1].fits) pick = s.nv - 1;
+  } else if (nfull > 1) {
     for (int k = 0; k < 3; k++)
       if (full >> k & 1u) mem_variant(&s, full & ~(1u << k));
     for (int i = 1; i < s.nv; i++)
@@ -242,8 +297,19 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
       }
     }
   }
-  fclose(null);
   unsigned kept = pick >= 0 ? s.v[pick].keep : 0;
+  /* the hold dropped, the choice taken fitting: W holds for the last layers of each stage that still fit */
+  int64_t layers = full & AUTO_MEM_HOLD && !(kept & AUTO_MEM_HOLD) && pick >= 0 ? w_layers(m0) : 0, part = 0;
+  double part_total = 0;
+  int same = -1, least = -1; /* the whole hold's compiled plan keeping the same (the prediction's), else the smallest */
+  for (int i = 0; i < s.nv && layers > 1; i++)
+    if (s.v[i].keep & AUTO_MEM_HOLD) {
+      if (s.v[i].keep == (kept | AUTO_MEM_HOLD)) same = i;
+      if (least < 0 || s.v[i].total < s.v[least].total) least = i;
+    }
+  if (same < 0) same = least;
+  if (layers > 1 && same >= 0) part = partial_hold(&s, kept, layers, s.v[pick].total, s.v[same].total, cap, &part_total);
+  fclose(null);
   FitFigure *fig[3] = {&io->fit.wcopy, &io->fit.defer, &io->fit.zbw};
   for (int k = 0; k < 3; k++) {
     if (!(full >> k & 1u)) continue;
@@ -260,6 +326,11 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
     fig[k]->total = (int64_t)s.v[by].total, fig[k]->cap = cap;
   }
   io->fit.kept = (unsigned char)kept;
+  if (part > 0) { /* the partial hold taken: its plan's figure (it fits), the whole hold's beside it */
+    io->fit.zbw_whole = io->fit.zbw.total;
+    io->fit.zbw = (FitFigure){.total = (int64_t)part_total, .cap = cap};
+    io->fit.zbw_layers = (int)part;
+  }
 }
 
 Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag) {
@@ -304,7 +375,7 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
   int64_t M = m->batch.accum, lo = m->plan.stage_balanced ? (M < pp ? M : pp) : 1, hi = lo < M ? lo + 1 : lo;
   if (n + 2 > MAXKV || pp > MAXPP) return NULL;
   PlanInputs equal = {0}; /* (zb_w auto: W holding, or as auto_memory decided it: zbw) */
-  if (zbw) equal.fit.zbw = zbw->fit.zbw;
+  if (zbw) equal.fit.zbw = zbw->fit.zbw, equal.fit.zbw_layers = zbw->fit.zbw_layers;
   double sum[2][3 * MAXPP];
   int cnt[2][3 * MAXPP];
   for (int j = 0; j < (hi > lo ? 2 : 1); j++) {

@@ -92,6 +92,7 @@ typedef struct {
   /* zb_w auto: the hold taken for the last zbw_layers layers of each stage's loop only (the largest such
    * hold that fits, where the whole hold does not: auto_memory); 0: all or none, as zbw says */
   int zbw_layers;
+  int64_t zbw_whole; /* ... and then the total of the plan with the whole hold (zbw: the partial's) */
   /* the choices kept where one that fit was dropped on speed (a lost): AUTO_MEM_* bits, for the memory
    * report's why (fit_auto_kept) */
   unsigned char kept;

@@ -620,6 +620,10 @@ bool pass_recompute(Module *m) {
     m->zbw.why = arena_printf(m->arena, "zb_w hold(%d) (the plan)%s", p->zb_w_layers,
                               m->zbw.layers ? "" : ": no stage has more layers, all held");
   else if (p->zb_w != ZBW_AUTO) m->zbw.why = p->zb_w == ZBW_HOLD ? "zb_w hold (the plan)" : "zb_w recompute (the plan)";
+  else if (m->zbw.layers > 0) /* auto's partial hold (replan.c, partial_hold) */
+    m->zbw.why = arena_printf(m->arena, "the plan with the whole hold needs %.1f MiB per rank, over the device's %.1f MiB; "
+                              "with the hold for the last %d layers, the most that fit: %.1f MiB",
+                              (double)p->fit.zbw_whole / mib, p->fit.zbw.cap / mib, m->zbw.layers, (double)p->fit.zbw.total / mib);
   else if (unfit)
     m->zbw.why = arena_printf(m->arena, "the plan with the hold needs %.1f MiB per rank, over the device's %.1f MiB",
                               (double)p->fit.zbw.total / mib, p->fit.zbw.cap / mib);
