@@ -188,8 +188,8 @@ static int64_t w_layers(const Module *m) {
 }
 
 /* The plan keeping `keep` (of full) with zb's W holding for the last n layers of each stage's loop only
- * (`zb_w=hold:n`), compiled: its total and whether it fits; false where the compile failed. */
-static bool hold_variant(MemVariants *s, unsigned keep, int64_t n, double *total, bool *fits) {
+ * (`zb_w=hold:n`), compiled: its total, whether it fits and then its step; false where the compile failed. */
+static bool hold_variant(MemVariants *s, unsigned keep, int64_t n, double *total, bool *fits, double *step) {
   static const char *const drop[2] = {"weight_copy=per_layer", "defer_waits=off"};
   enum { MAXKV = 64 };
   const char *kv2[MAXKV];
@@ -205,28 +205,31 @@ static bool hold_variant(MemVariants *s, unsigned keep, int64_t n, double *total
   if (!mk || !mk->memplan) return false;
   double c2 = 0;
   *fits = fit_plan_fits(mk, total, &c2);
+  *step = *fits ? step_of(s->r, mk) : 0;
   return true;
 }
 
-/* auto_memory's partial hold: where the choice taken (kept, fitting at total t0) drops zb's W hold, whose
- * plan needs t_all, the largest n < layers whose plan (kept, the hold for each stage's last n layers)
- * fits: its memory grows with n, so a bisection over (0, layers), first tried at the n the two totals
- * predict (linearly: confirmed in one compile where the prediction holds, log2(layers) at most). 0: none
- * fits; else its total in *total. */
+/* auto_memory's partial hold: where the choice taken (kept, fitting at total t0, its step step0) drops zb's W
+ * hold, whose plan needs t_all, the largest n < layers whose plan (kept, the hold for each stage's last n
+ * layers) fits: its memory grows with n, so a bisection over (0, layers), first tried at the n the two
+ * totals predict (linearly: confirmed in one compile where the prediction holds, log2(layers) at most);
+ * taken where the cost model has it no slower than the choice (cut into loops of one layer, a stage of
+ * two loses the deferred waits). 0: none; else its total in *total. */
 static int64_t partial_hold(MemVariants *s, unsigned kept, int64_t layers, double t0, double t_all, double cap,
-                            double *total) {
+                            double step0, double *total) {
   int64_t lo = 0, hi = layers; /* fits with lo (0: none held); not with hi (all) */
+  double best = 0;
   int64_t guess = t_all > t0 ? (int64_t)((cap - t0) / (t_all - t0) * (double)layers) : layers - 1;
   while (hi - lo > 1) {
     int64_t n = guess > lo && guess < hi ? guess : lo + (hi - lo) / 2;
     guess = n + 1; /* (after a fit: the next one up, the prediction's neighbour) */
-    double t = 0;
+    double t = 0, step = 0;
     bool fits = false;
-    if (!hold_variant(s, kept, n, &t, &fits)) return 0;
-    if (fits) lo = n, *total = t;
+    if (!hold_variant(s, kept, n, &t, &fits, &step)) return 0;
+    if (fits) lo = n, *total = t, best = step;
     else hi = n, guess = -1;
   }
-  return lo;
+  return lo > 0 && best > 0 && step0 > 0 && best <= step0 ? lo : 0;
 }
 
 /* The memory-dependent `auto` choices, made together (the one decision): `weight_copy auto` (the weights'
@@ -308,7 +311,7 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
       if (least < 0 || s.v[i].total < s.v[least].total) least = i;
     }
   if (same < 0) same = least;
-  if (layers > 1 && same >= 0) part = partial_hold(&s, kept, layers, s.v[pick].total, s.v[same].total, cap, &part_total);
+  if (layers > 1 && same >= 0) part = partial_hold(&s, kept, layers, s.v[pick].total, s.v[same].total, cap, s.v[pick].step, &part_total);
   fclose(null);
   FitFigure *fig[3] = {&io->fit.wcopy, &io->fit.defer, &io->fit.zbw};
   for (int k = 0; k < 3; k++) {
