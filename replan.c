@@ -177,16 +177,6 @@ static bool mem_variant(MemVariants *s, unsigned keep) {
   return true;
 }
 
-/* zb's W loops' largest count in m's step (the most layers a stage's loop has); 0: none. */
-static int64_t w_layers(const Module *m) {
-  int64_t most = 0;
-  for (int i = 0; m->graph && i < m->graph->nnodes; i++) {
-    const Node *n = m->graph->nodes[i];
-    if (n->op == OP_REPEAT && n->a.ncarry == 0 && n->a.count > most) most = n->a.count;
-  }
-  return most;
-}
-
 /* The plan keeping `keep` (of full) with zb's W holding for the last n layers of each stage's loop only
  * (`zb_w=hold:n`), compiled: its total, whether it fits and then its step; false where the compile failed. */
 static bool hold_variant(MemVariants *s, unsigned keep, int64_t n, double *total, bool *fits, double *step) {
@@ -277,7 +267,7 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
   int nfull = (full & 1) + (full >> 1 & 1) + (full >> 2 & 1);
   s.timed = nfull == 3;
   if (s.v[0].fits) pick = 0;
-  else if (nfull == 1 && full == AUTO_MEM_HOLD && w_layers(m0) > 1) { /* the plan without: the partial hold's base */
+  else if (nfull == 1 && full == AUTO_MEM_HOLD && m0->zbw.stage_layers > 1) { /* the plan without: the partial hold's base */
     if (mem_variant(&s, 0) && s.v[s.nv - 1].fits) pick = s.nv - 1;
   } else if (nfull > 1) {
     for (int k = 0; k < 3; k++)
@@ -302,7 +292,7 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
   }
   unsigned kept = pick >= 0 ? s.v[pick].keep : 0;
   /* the hold dropped, the choice taken fitting: W holds for the last layers of each stage that still fit */
-  int64_t layers = full & AUTO_MEM_HOLD && !(kept & AUTO_MEM_HOLD) && pick >= 0 ? w_layers(m0) : 0, part = 0;
+  int64_t layers = full & AUTO_MEM_HOLD && !(kept & AUTO_MEM_HOLD) && pick >= 0 ? m0->zbw.stage_layers : 0, part = 0;
   double part_total = 0;
   int same = -1, least = -1; /* the whole hold's compiled plan keeping the same (the prediction's), else the smallest */
   for (int i = 0; i < s.nv && layers > 1; i++)

@@ -276,6 +276,7 @@ typedef struct {
     int64_t bytes;
     bool held;       /* W holds (else recomputes: zb_w recompute, or auto where the hold did not fit) */
     int layers;      /* held for the last `layers` layers of each stage's loop only (hold(N)); 0: all */
+    int stage_layers; /* the most layers a stage's W loop runs (before hold(N)'s cut): what N may be up to */
     const char *why; /* the decision, for the memory report (NULL: no zb W loop under recompute) */
   } zbw;
   const char *cost_profile; /* `--profile FILE`: the device figures the passes' cost model reads (NULL: the

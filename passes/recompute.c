@@ -598,6 +598,10 @@ bool pass_recompute(Module *m) {
   m->zbw.held = p->zb_w == ZBW_HOLD || (p->zb_w == ZBW_AUTO && !unfit && !p->fit.zbw.lost);
   /* hold(N) (or auto's partial hold): the triples over more than N layers cut, the lo parts recomputing */
   int part = p->zb_w == ZBW_HOLD ? p->zb_w_layers : p->zb_w == ZBW_AUTO ? p->fit.zbw_layers : 0;
+  for (int i = 0; i < m->graph->nnodes; i++) { /* (the driver's partial_hold and the fit check's knob read it) */
+    Node *W = m->graph->nodes[i], *F = W->op == OP_REPEAT ? rc_forward_of(W) : NULL;
+    if (F && rc_b_of_w(W, F) && W->a.count > m->zbw.stage_layers) m->zbw.stage_layers = (int)W->a.count;
+  }
   PtrMap lo = {0};
   if (m->zbw.held && part > 0 && p->schedule == SCHED_ZB && p->recompute != RECOMPUTE_NONE && recompute_split_hold(m->graph, part, &lo))
     m->zbw.layers = part;
