@@ -18,30 +18,21 @@
 static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m);
 
 /* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
- * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.wcopy_fit_*,
- * the plan with the weights' persistent bf16 copies against it; Plan.defer_fit_*, the plan with the
- * deferred scatter waits against it). as_is: compiled with the auto choices these figures leave, not
+ * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.fit, the memory
+ * auto choices' figures: auto_memory). as_is: compiled with the auto choices these figures leave, not
  * planned again where that does not fit (auto_memory's measuring compiles). */
 typedef struct {
   const double *sched_times;
   const int64_t *stage_fixed;
   double stage_cap;
-  int64_t wcopy_fit_total;
-  double wcopy_fit_cap;
-  bool wcopy_fit_lost;
-  int64_t defer_fit_total;
-  double defer_fit_cap;
-  bool defer_fit_lost;
+  PlanFit fit;
   bool as_is;
-  int64_t zbw_fit_total; /* Plan.zbw_fit_*: the plan with zb's W holding B's recomputed values */
-  double zbw_fit_cap;
-  bool zbw_fit_lost;
-  unsigned char auto_kept; /* Plan.auto_kept */
 } PlanInputs;
 
-/* Whether auto_memory's figures drop zb's W hold (passes/recompute.c: W recomputes, its times longer). */
+/* Whether auto_memory's figures drop zb's W hold, or keep it for some layers only (passes/recompute.c: W
+ * recomputes, for all or some layers, its times longer). */
 static bool zbw_dropped(const PlanInputs *io) {
-  return io->zbw_fit_lost || fit_figure_over((double)io->zbw_fit_total, io->zbw_fit_cap);
+  return io->fit.zbw.lost || fit_figure_over((double)io->fit.zbw.total, io->fit.zbw.cap) || io->fit.zbw_layers > 0;
 }
 
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io);
@@ -96,16 +87,7 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       m->plan.sched_times = in->sched_times;
       m->plan.stage_fixed = in->stage_fixed;
       m->plan.stage_cap = in->stage_cap;
-      m->plan.wcopy_fit_total = in->wcopy_fit_total;
-      m->plan.wcopy_fit_cap = in->wcopy_fit_cap;
-      m->plan.defer_fit_total = in->defer_fit_total;
-      m->plan.defer_fit_cap = in->defer_fit_cap;
-      m->plan.zbw_fit_total = in->zbw_fit_total;
-      m->plan.zbw_fit_cap = in->zbw_fit_cap;
-      m->plan.zbw_fit_lost = in->zbw_fit_lost;
-      m->plan.auto_kept = in->auto_kept;
-      m->plan.wcopy_fit_lost = in->wcopy_fit_lost;
-      m->plan.defer_fit_lost = in->defer_fit_lost;
+      m->plan.fit = in->fit;
     } else { /* their own quiet compiles, outside this one's diag (the copies' fit: below, from this one) */
       m->plan.sched_times = zb_times(r, a, kv, n, m, NULL);
       Arena check;
@@ -195,6 +177,51 @@ static bool mem_variant(MemVariants *s, unsigned keep) {
   return true;
 }
 
+/* The plan keeping `keep` (of full) with zb's W holding for the last n layers of each stage's loop only
+ * (`zb_w=hold:n`), compiled: its total, whether it fits and then its step; false where the compile failed. */
+static bool hold_variant(MemVariants *s, unsigned keep, int64_t n, double *total, bool *fits, double *step) {
+  static const char *const drop[2] = {"weight_copy=per_layer", "defer_waits=off"};
+  enum { MAXKV = 64 };
+  const char *kv2[MAXKV];
+  char hold[32];
+  int n2 = s->n;
+  if (s->n + 3 > MAXKV) return false;
+  for (int i = 0; i < s->n; i++) kv2[i] = s->kv[i];
+  for (int c = 0; c < 2; c++)
+    if ((s->full & ~keep) >> c & 1u) kv2[n2++] = drop[c];
+  snprintf(hold, sizeof hold, "zb_w=hold:%lld", (long long)n);
+  kv2[n2++] = hold;
+  Module *mk = compile_as(s->r, s->a, kv2, n2, s->null, s->as_is);
+  if (!mk || !mk->memplan) return false;
+  double c2 = 0;
+  *fits = fit_plan_fits(mk, total, &c2);
+  *step = *fits ? step_of(s->r, mk) : 0;
+  return true;
+}
+
+/* auto_memory's partial hold: where the choice taken (kept, fitting at total t0, its step step0) drops zb's W
+ * hold, whose plan needs t_all, the largest n < layers whose plan (kept, the hold for each stage's last n
+ * layers) fits: its memory grows with n, so a bisection over (0, layers), first tried at the n the two
+ * totals predict (linearly: confirmed in one compile where the prediction holds, log2(layers) at most);
+ * taken where the cost model has it no slower than the choice (cut into loops of one layer, a stage of
+ * two loses the deferred waits). 0: none; else its total in *total. */
+static int64_t partial_hold(MemVariants *s, unsigned kept, int64_t layers, double t0, double t_all, double cap,
+                            double step0, double *total) {
+  int64_t lo = 0, hi = layers; /* fits with lo (0: none held); not with hi (all) */
+  double best = 0;
+  int64_t guess = t_all > t0 ? (int64_t)((cap - t0) / (t_all - t0) * (double)layers) : layers - 1;
+  while (hi - lo > 1) {
+    int64_t n = guess > lo && guess < hi ? guess : lo + (hi - lo) / 2;
+    guess = n + 1; /* (after a fit: the next one up, the prediction's neighbour) */
+    double t = 0, step = 0;
+    bool fits = false;
+    if (!hold_variant(s, kept, n, &t, &fits, &step)) return 0;
+    if (fits) lo = n, *total = t, best = step;
+    else hi = n, guess = -1;
+  }
+  return lo > 0 && best > 0 && step0 > 0 && best <= step0 ? lo : 0;
+}
+
 /* The memory-dependent `auto` choices, made together (the one decision): `weight_copy auto` (the weights'
  * persistent bf16 copies, passes/wshadow.c), `defer_waits auto` (the backward loops' scatter waits in the
  * next iteration, passes/zero_defer.c) and `zb_w auto` (zb's W holding the GEMM inputs B's recompute made,
@@ -205,10 +232,10 @@ static bool mem_variant(MemVariants *s, unsigned keep) {
  * else each dropped alone (one compile each), the fastest of those that fit taken; else (three open, no
  * one dropped fits) the ones keeping one choice, in the order of the step the singles predict (each
  * choice's seconds lost and bytes saved, added), the first that fits taken; else none. The choice goes to
- * the passes as the figures of the plan with each choice, in io->wcopy_fit_* / defer_fit_* / zbw_fit_* (the
+ * the passes as the figures of the plan with each choice, in io->fit (wcopy, defer, zbw; the
  * pass drops a choice whose figure is over the device's memory, or marked lost, and says why in the memory
  * report): a choice taken, the figure of the plan taken (it fits); a choice dropped, that of the fastest
- * compiled plan with it that fits, marked lost (io->auto_kept: what was kept instead), else that of the
+ * compiled plan with it that fits, marked lost (io->fit.kept: what was kept instead), else that of the
  * smallest compiled plan with it (over the device). Nothing where none is open, without a device memory,
  * or when a compile fails (the caller's own compile reports why). */
 static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io) {
@@ -240,7 +267,9 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
   int nfull = (full & 1) + (full >> 1 & 1) + (full >> 2 & 1);
   s.timed = nfull == 3;
   if (s.v[0].fits) pick = 0;
-  else if (nfull > 1) {
+  else if (nfull == 1 && full == AUTO_MEM_HOLD && m0->zbw.stage_layers > 1) { /* the plan without: the partial hold's base */
+    if (mem_variant(&s, 0) && s.v[s.nv - 1].fits) pick = s.nv - 1;
+  } else if (nfull > 1) {
     for (int k = 0; k < 3; k++)
       if (full >> k & 1u) mem_variant(&s, full & ~(1u << k));
     for (int i = 1; i < s.nv; i++)
@@ -261,11 +290,20 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
       }
     }
   }
-  fclose(null);
   unsigned kept = pick >= 0 ? s.v[pick].keep : 0;
-  int64_t *total[3] = {&io->wcopy_fit_total, &io->defer_fit_total, &io->zbw_fit_total};
-  double *capk[3] = {&io->wcopy_fit_cap, &io->defer_fit_cap, &io->zbw_fit_cap};
-  bool *lost[3] = {&io->wcopy_fit_lost, &io->defer_fit_lost, &io->zbw_fit_lost};
+  /* the hold dropped, the choice taken fitting: W holds for the last layers of each stage that still fit */
+  int64_t layers = full & AUTO_MEM_HOLD && !(kept & AUTO_MEM_HOLD) && pick >= 0 ? m0->zbw.stage_layers : 0, part = 0;
+  double part_total = 0;
+  int same = -1, least = -1; /* the whole hold's compiled plan keeping the same (the prediction's), else the smallest */
+  for (int i = 0; i < s.nv && layers > 1; i++)
+    if (s.v[i].keep & AUTO_MEM_HOLD) {
+      if (s.v[i].keep == (kept | AUTO_MEM_HOLD)) same = i;
+      if (least < 0 || s.v[i].total < s.v[least].total) least = i;
+    }
+  if (same < 0) same = least;
+  if (layers > 1 && same >= 0) part = partial_hold(&s, kept, layers, s.v[pick].total, s.v[same].total, cap, s.v[pick].step, &part_total);
+  fclose(null);
+  FitFigure *fig[3] = {&io->fit.wcopy, &io->fit.defer, &io->fit.zbw};
   for (int k = 0; k < 3; k++) {
     if (!(full >> k & 1u)) continue;
     int by = -1; /* the plan its figure is from */
@@ -273,14 +311,19 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
     else {
       for (int i = 0; i < s.nv; i++) /* the fastest that fits with it */
         if (s.v[i].keep >> k & 1u && s.v[i].fits && (by < 0 || s.v[i].step < s.v[by].step)) by = i;
-      *lost[k] = by >= 0;
+      fig[k]->lost = by >= 0;
       if (by < 0)
         for (int i = 0; i < s.nv; i++) /* the smallest with it */
           if (s.v[i].keep >> k & 1u && (by < 0 || s.v[i].total < s.v[by].total)) by = i;
     }
-    *total[k] = (int64_t)s.v[by].total, *capk[k] = cap;
+    fig[k]->total = (int64_t)s.v[by].total, fig[k]->cap = cap;
   }
-  io->auto_kept = (unsigned char)kept;
+  io->fit.kept = (unsigned char)kept;
+  if (part > 0) { /* the partial hold taken: its plan's figure (it fits), the whole hold's beside it */
+    io->fit.zbw_whole = io->fit.zbw.total;
+    io->fit.zbw = (FitFigure){.total = (int64_t)part_total, .cap = cap};
+    io->fit.zbw_layers = (int)part;
+  }
 }
 
 Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag) {
@@ -325,7 +368,7 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
   int64_t M = m->batch.accum, lo = m->plan.stage_balanced ? (M < pp ? M : pp) : 1, hi = lo < M ? lo + 1 : lo;
   if (n + 2 > MAXKV || pp > MAXPP) return NULL;
   PlanInputs equal = {0}; /* (zb_w auto: W holding, or as auto_memory decided it: zbw) */
-  if (zbw) equal.zbw_fit_total = zbw->zbw_fit_total, equal.zbw_fit_cap = zbw->zbw_fit_cap, equal.zbw_fit_lost = zbw->zbw_fit_lost;
+  if (zbw) equal.fit.zbw = zbw->fit.zbw, equal.fit.zbw_layers = zbw->fit.zbw_layers;
   double sum[2][3 * MAXPP];
   int cnt[2][3 * MAXPP];
   for (int j = 0; j < (hi > lo ? 2 : 1); j++) {
@@ -383,14 +426,10 @@ static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const
  * auto_memory's first. */
 static void auto_memory_from(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m, Module *first) {
   Plan *p = &m->plan;
-  if (p->wcopy_fit_total || p->defer_fit_total || p->zbw_fit_total || memplan_capacity(m, NULL, 0) <= 0) return;
+  if (p->fit.wcopy.total || p->fit.defer.total || p->fit.zbw.total || memplan_capacity(m, NULL, 0) <= 0) return;
   PlanInputs io = {.sched_times = p->sched_times, .stage_fixed = p->stage_fixed, .stage_cap = p->stage_cap};
   auto_memory(r, check, kv, n, m, first, &io);
-  p->wcopy_fit_total = io.wcopy_fit_total, p->wcopy_fit_cap = io.wcopy_fit_cap;
-  p->defer_fit_total = io.defer_fit_total, p->defer_fit_cap = io.defer_fit_cap;
-  p->zbw_fit_total = io.zbw_fit_total, p->zbw_fit_cap = io.zbw_fit_cap;
-  p->wcopy_fit_lost = io.wcopy_fit_lost, p->defer_fit_lost = io.defer_fit_lost, p->zbw_fit_lost = io.zbw_fit_lost;
-  p->auto_kept = io.auto_kept;
+  p->fit = io.fit;
   if (p->sched_times && zbw_dropped(&io)) p->sched_times = zb_times(r, a, kv, n, m, &io); /* W recomputes */
 }
 

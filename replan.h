@@ -42,8 +42,8 @@ void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m)
  * (passes/recompute.c), part of replan_inputs: chosen together against the device's memory (replan.c,
  * auto_memory): the plan with all compiled quietly and kept where it fits; else each dropped alone, the
  * fitting one the cost model has faster; else (three open) those keeping one, in the singles' predicted
- * order, the first that fits; else none. The figures into m->plan (wcopy_fit_*, defer_fit_*, zbw_fit_*,
- * auto_kept), from which m's own compile takes them; zb's list times measured again where the hold is
+ * order, the first that fits; else none. The figures into m->plan (Plan.fit: wcopy, defer, zbw,
+ * kept), from which m's own compile takes them; zb's list times measured again where the hold is
  * dropped. Nothing where none is open, or without a device memory. */
 void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
 /* The fit check's re-plan (FitReplan): the memory plan's total with the overrides, -1 when it does

@@ -102,14 +102,6 @@ static void block_copy(Cg *c, const char *copy, const Value *dst, int64_t drows,
           copy, cg_ptr(c, dst), drows, dat, cg_ptr(c, src), srows, sat, outer, rows, inner, es);
 }
 
-/* Whether the memory plan placed row slice n at its first row of its input's bytes (memplan_views.c). */
-static bool cg_row_view(const Node *n) {
-  const Value *y = n->out[0], *x = n->in[0];
-  if (y->offset == IR_OFFSET_VIEW) return true; /* (cg_ptr: the input's pointer plus the first row) */
-  return y->offset >= 0 && x->offset >= 0 && !y->stride && !x->stride && !x->last_in && !y->last_in &&
-         y->host == x->host && y->offset == x->offset + memplan_view_at(n);
-}
-
 void cg_block_copies(Cg *c, const Node *n, const char *copy) {
   const Value *y = n->out[0], *x = n->in[0];
   const Attrs *a = &n->a;
@@ -134,7 +126,7 @@ void cg_block_copies(Cg *c, const Node *n, const char *copy) {
     cg_copy_if_moved(c, y, x);
     return;
   }
-  if (memplan_row_slice(n) && cg_row_view(n)) return; /* rows in place (the memory plan's row view) */
+  if (memplan_row_viewed(n)) return; /* rows in place (the memory plan's row view, memplan_views.c) */
   if (n->op == OP_SLICE && y->ld) return; /* a column view (memplan_views.c): its readers take the row stride */
   const Shape *xs = &x->shape;
   int64_t outer = cg_prod(xs, 0, ax), inner = cg_prod(xs, ax + 1, xs->rank), rows = xs->dim[ax];

@@ -223,6 +223,38 @@ static void stage_layers(Cur *c, Plan *p) {
   }
 }
 
+/* `zb_w auto | hold | hold(N) | recompute` (-D zb_w=hold:N): hold(N), W holding for the last N layers of
+ * each stage's loop (passes/recompute_split.c), N a whole number of at least 1. */
+static void zb_w_key(Cur *c, Plan *p) {
+  Word *w = sw_peek(c);
+  p->zb_w_layers = 0;
+  if (w && w->kind == W_IDENT && strncmp(w->s, "hold:", 5) == 0) { /* -D's form */
+    char *end;
+    double v = strtod(w->s + 5, &end);
+    c->i++;
+    SrcLoc at = w->loc;
+    at.col += 5;
+    if (end == w->s + 5 || *end || v != floor(v) || v < 1 || v > 1e6) {
+      error_at(at, "`zb_w hold:N`: N is the layers of each stage held (its last N), a whole number of at least 1, got `%s`",
+               w->s + 5);
+      return;
+    }
+    p->zb_w = ZBW_HOLD, p->zb_w_layers = (int)v;
+    return;
+  }
+  int i = sw_get_choice(c, "zb_w", ir_zb_w_names, 3);
+  if (i < 0) return;
+  p->zb_w = i;
+  if (w->kind != W_CALL) return;
+  const Arg *only = w->args.n == 1 ? w->args.v[0] : NULL;
+  double v;
+  if (i != ZBW_HOLD) error_at(w->loc, "`%s` takes no arguments (`hold(N)` does: W holds for the last N layers of each stage)", w->s);
+  else if (!only || only->name || !expr_num(only->value, &v) || v != floor(v) || v < 1 || v > 1e6)
+    error_at(only && !only->name ? only->value->loc : w->loc,
+             "`zb_w hold(N)`: N is the layers of each stage held (its last N), a whole number of at least 1");
+  else p->zb_w_layers = (int)v;
+}
+
 static void plan_key(Cur *c, Word *k, void *ctx) {
   Plan *p = ctx;
   const char *key = k->kind == W_IDENT ? k->s : "";
@@ -297,8 +329,7 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
     int i = sw_get_choice(c, key, ir_defer_waits_names, 3);
     if (i >= 0) p->defer_waits = i;
   } else if (strcmp(key, "zb_w") == 0) { /* passes/recompute.c */
-    int i = sw_get_choice(c, key, ir_zb_w_names, 3);
-    if (i >= 0) p->zb_w = i;
+    zb_w_key(c, p);
   } else if (strcmp(key, "cp_mode") == 0) {
     int i = sw_get_choice(c, key, ir_cp_mode_names, 2);
     if (i >= 0) p->cp_mode = (CpMode)i;

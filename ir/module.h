@@ -71,6 +71,33 @@ typedef enum {
   PLAN_OPT_COUNT
 } PlanOpt;
 
+/* One memory-dependent auto choice's figure, decided by the driver (replan.c, auto_memory: replan_auto_memory,
+ * or compile_as's re-plan): the planned total per rank of the plan with the choice (the one taken, or the
+ * fastest with it that fits where lost, else the smallest with it) and the device's memory (0: not measured:
+ * no device memory known, or a test's module). The pass drops the choice where the total exceeds cap
+ * (fit_figure_over), or where lost: a plan with it fits, but one without it that fits the cost model has
+ * faster (PlanFit.kept: what was kept instead). */
+typedef struct {
+  int64_t total;
+  double cap;
+  bool lost;
+} FitFigure;
+
+/* The driver's figures for the memory-dependent auto choices, decided together (replan.c, auto_memory) and
+ * handed to a plan's compile in one piece: `weight_copy auto` (wcopy: the persistent bf16 copies,
+ * passes/wshadow.c), `defer_waits auto` (defer: the deferred scatter waits, passes/zero_defer.c), `zb_w auto`
+ * (zbw: W holding B's recomputed values, passes/recompute.c). */
+typedef struct {
+  FitFigure wcopy, defer, zbw;
+  /* zb_w auto: the hold taken for the last zbw_layers layers of each stage's loop only (the largest such
+   * hold that fits, where the whole hold does not: auto_memory); 0: all or none, as zbw says */
+  int zbw_layers;
+  int64_t zbw_whole; /* ... and then the total of the plan with the whole hold (zbw: the partial's) */
+  /* the choices kept where one that fit was dropped on speed (a lost): AUTO_MEM_* bits, for the memory
+   * report's why (fit_auto_kept) */
+  unsigned char kept;
+} PlanFit;
+
 enum { PLAN_MAX_STAGE_LAYERS = 64 };
 
 typedef struct {
@@ -83,16 +110,7 @@ typedef struct {
   int interleave;     /* virtual stages per rank for SCHED_INTERLEAVED */
   RecomputeKind recompute;
   CpMode cp_mode;     /* with cp > 1 (ring: the default) */
-  WeightCopy weight_copy; /* as written (auto: the default); passes/wshadow.c decides, Module.wcopy says what */
-  /* auto: chosen with `defer_waits auto` by the driver (replan.c, auto_memory: replan_auto_memory, or
-   * compile_as's re-plan): the planned total per rank of the plan with the persistent copies (the one
-   * taken, or the smallest without it fitting) and the device's memory (0: not measured: no device memory
-   * known, or a test's module); passes/wshadow.c takes the per-layer casts where the total exceeds it, or
-   * where wcopy_fit_lost: the plan with the copies alone fits (wcopy_fit_total, without the deferred waits)
-   * but not with the deferred waits too, and the cost model has the deferred waits alone faster */
-  int64_t wcopy_fit_total;
-  double wcopy_fit_cap;
-  bool wcopy_fit_lost;
+  WeightCopy weight_copy; /* as written (auto: the default); passes/wshadow.c decides (fit.wcopy), Module.wcopy says what */
   bool allow_cross_node_tp;
   int64_t bucket_bytes; /* data-parallel gradient bucket size */
   SrcLoc bucket_loc;    /* where `bucket` was written (file NULL: the default) */
@@ -101,28 +119,17 @@ typedef struct {
   enum { COALESCE_AUTO, COALESCE_ON, COALESCE_OFF } coalesce;
   /* `defer_waits auto | on | off`: a backward layer loop's gradient reduce-scatters waited in the next
    * iteration (passes/zero_defer.c; their f32 inputs then live through the loop's body). auto: where the
-   * plan with them fits the device, chosen with `weight_copy auto` by the driver (replan.c, auto_memory): the
-   * planned total per rank of the plan with them (as for wcopy_fit_total) and the device's memory in
-   * defer_fit_total / defer_fit_cap (0: not measured), defer_fit_lost as wcopy_fit_lost (the plan with them
-   * alone fits, not with the persistent copies too, and the copies alone are faster); zero_defer_taken
-   * decides from them */
+   * plan with them fits the device (fit.defer); zero_defer_taken decides from it */
   enum { DEFER_AUTO, DEFER_ON, DEFER_OFF } defer_waits;
-  int64_t defer_fit_total;
-  double defer_fit_cap;
-  bool defer_fit_lost;
   /* `zb_w auto | hold | recompute`: under schedule zb and recompute, whether W takes the weight-gradient
    * GEMMs' inputs B's recompute made, held from B to W, or recomputes them from the forward's saved values
-   * (passes/recompute.c). auto: decided by the driver with `weight_copy auto` and `defer_waits auto`
-   * (replan.c, auto_memory): the planned total per rank of the plan with the hold (as for wcopy_fit_total)
-   * and the device's memory (0: not measured), zbw_fit_lost as wcopy_fit_lost (a plan with the hold fits,
-   * and one without it that fits is faster) */
+   * (passes/recompute.c). auto: decided by the driver (fit.zbw) */
   enum { ZBW_AUTO, ZBW_HOLD, ZBW_RECOMPUTE } zb_w;
-  int64_t zbw_fit_total;
-  double zbw_fit_cap;
-  bool zbw_fit_lost;
-  /* the memory-dependent auto choices the driver kept where it dropped one that fit on speed (a *_fit_lost):
-   * AUTO_MEM_* bits, for the memory report's why (fit_auto_kept) */
-  unsigned char auto_kept;
+  /* `zb_w hold(N)` (`-D zb_w=hold:N`): W holds for the last N layers of each stage's layer loop only, and
+   * recomputes for the others (passes/recompute_split.c); 0: all (`zb_w hold`) */
+  int zb_w_layers;
+  /* the driver's figures for the auto choices above (replan.c, auto_memory; all 0 where not measured) */
+  PlanFit fit;
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
    * them; with `schedule interleaved(v: V)` pp counts, each stage's, or pp x V, each virtual stage's);
    * nstage_layers 0: none written, every stage gets L / pp */
@@ -268,6 +275,8 @@ typedef struct {
     int values;
     int64_t bytes;
     bool held;       /* W holds (else recomputes: zb_w recompute, or auto where the hold did not fit) */
+    int layers;      /* held for the last `layers` layers of each stage's loop only (hold(N)); 0: all */
+    int stage_layers; /* the most layers a stage's W loop runs (before hold(N)'s cut): what N may be up to */
     const char *why; /* the decision, for the memory report (NULL: no zb W loop under recompute) */
   } zbw;
   const char *cost_profile; /* `--profile FILE`: the device figures the passes' cost model reads (NULL: the

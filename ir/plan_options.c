@@ -81,7 +81,10 @@ void ir_plan_opt_format(const Plan *p, PlanOpt o, char *buf, size_t cap) {
   case PLAN_OPT_WEIGHT_COPY: snprintf(buf, cap, "weight_copy %s", ir_weight_copy_names[p->weight_copy]); return;
   case PLAN_OPT_COALESCE: snprintf(buf, cap, "coalesce %s", ir_coalesce_names[p->coalesce]); return;
   case PLAN_OPT_DEFER_WAITS: snprintf(buf, cap, "defer_waits %s", ir_defer_waits_names[p->defer_waits]); return;
-  case PLAN_OPT_ZB_W: snprintf(buf, cap, "zb_w %s", ir_zb_w_names[p->zb_w]); return;
+  case PLAN_OPT_ZB_W:
+    if (p->zb_w == ZBW_HOLD && p->zb_w_layers > 0) snprintf(buf, cap, "zb_w hold(%d)", p->zb_w_layers);
+    else snprintf(buf, cap, "zb_w %s", ir_zb_w_names[p->zb_w]);
+    return;
   case PLAN_OPT_COUNT: break;
   }
   die("plan option %d", (int)o);

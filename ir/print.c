@@ -479,6 +479,7 @@ void ir_print_module_header(FILE *f, const Module *m) {
     if (p->coalesce != COALESCE_AUTO) fprintf(f, " coalesce %s", ir_coalesce_names[p->coalesce]);            /* (auto: not) */
     if (p->defer_waits != DEFER_AUTO) fprintf(f, " defer_waits %s", ir_defer_waits_names[p->defer_waits]);  /* (auto: not) */
     if (p->zb_w != ZBW_AUTO) fprintf(f, " zb_w %s", ir_zb_w_names[p->zb_w]);                                /* (auto: not) */
+    if (p->zb_w == ZBW_HOLD && p->zb_w_layers > 0) fprintf(f, "(%d)", p->zb_w_layers);                    /* hold(N) */
     fprintf(f, "\n");
   }
   if (m->has_recipe) {

@@ -163,6 +163,8 @@ static bool parse_plan(Reader *r) {
     case 16:
       ok = rd_choice(r, &v, ir_zb_w_names, 3, "auto, hold or recompute");
       p->zb_w = v;
+      if (ok && v == ZBW_HOLD && *r->p == '(') /* hold(N): Plan.zb_w_layers */
+        ok = rd_expect(r, '(') && rd_int(r, &p->zb_w_layers, 1, 1 << 20, "held layers") && rd_expect(r, ')');
       break;
     }
     if (!ok) return false;

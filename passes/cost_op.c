@@ -179,6 +179,7 @@ double cost_op_time(const Module *m, const CostDevice *d, const Node *n, bool in
   if (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype) return 0;
   if (m->target == TARGET_CUDA && ir_cast_folded(n)) return 0; /* its readers widen its source */
   if (memplan_col_slice(n) || memplan_col_concat(n)) return 0; /* column views (memplan_views.c): no copy */
+  if (memplan_row_viewed(n)) return 0;                           /* a row view placed: no copy (codegen's) */
   if (n->op == OP_STAGE_SELECT) return 0; /* picks a buffer */
   if (n->op == OP_CONCAT && n->a.axis == 0) { /* rows in place (memplan_views.c): its inputs made in its rows */
     bool placed = true;

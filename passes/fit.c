@@ -112,9 +112,16 @@ static bool knob_defer(const Module *m, int arg, char kv[KNOB_KV][KV_LEN], int *
   return true;
 }
 
+/* zb's W hold dropped (arg 0), or kept for the last half of each stage's layers only (arg 2: hold(N)). */
 static bool knob_zbw(const Module *m, int arg, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
-  (void)arg;
   if (!m->zbw.held || m->zbw.bytes <= 0) return false;
+  if (arg == 2) {
+    int half = m->zbw.stage_layers / 2;
+    if (m->zbw.layers > 0 || half < 1) return false;
+    snprintf(kv[(*n)++], KV_LEN, "zb_w=hold:%d", half);
+    snprintf(label, cap, "-D zb_w=hold:%d (the hold for the last %d of each stage's %d layers)", half, half, m->zbw.stage_layers);
+    return true;
+  }
   snprintf(kv[(*n)++], KV_LEN, "zb_w=recompute");
   snprintf(label, cap, "-D zb_w=recompute");
   return true;
@@ -130,7 +137,7 @@ static const Knob knobs[] = {
     {knob_tp, 8, PLAN_OPT_COUNT},           {knob_pp, 2, PLAN_OPT_PP},
     {knob_pp, 4, PLAN_OPT_PP},              {knob_micro, 2, PLAN_OPT_COUNT},
     {knob_micro, 4, PLAN_OPT_COUNT},        {knob_defer, 0, PLAN_OPT_DEFER_WAITS},
-    {knob_zbw, 0, PLAN_OPT_ZB_W},
+    {knob_zbw, 2, PLAN_OPT_ZB_W},           {knob_zbw, 0, PLAN_OPT_ZB_W},
 };
 
 static void mib(char *buf, size_t cap, double bytes) {

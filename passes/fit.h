@@ -30,14 +30,14 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx);
  * trainer checks at start instead, and a GPU topology to plan against. Nothing otherwise. */
 void fit_note_target(const Module *m);
 
-/* Whether a memory auto choice's figure (the planned total per rank with it, Plan.*_fit_total, and the device's
- * memory, *_fit_cap; 0: not measured) is over the device: the one rule for wshadow, zero_defer and recompute's
+/* Whether a memory auto choice's figure (the planned total per rank with it, Plan.fit.*.total, and the device's
+ * memory, .cap; 0: not measured) is over the device: the one rule for wshadow, zero_defer and recompute's
  * reports and the driver's (replan.c). */
 static inline bool fit_figure_over(double total, double cap) {
   return total > 0 && cap > 0 && total > cap;
 }
 
-/* The memory-dependent auto choices the driver decides together (replan.c, auto_memory), as Plan.auto_kept's
+/* The memory-dependent auto choices the driver decides together (replan.c, auto_memory), as Plan.fit.kept's
  * bits; fit_auto_kept: those of `kept` named for the memory report ("the persistent weight copies", "the
  * deferred waits", "the zb W hold", joined with "and"), in m's arena. */
 enum { AUTO_MEM_COPIES = 1, AUTO_MEM_DEFER = 2, AUTO_MEM_HOLD = 4 };

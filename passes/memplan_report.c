@@ -53,7 +53,12 @@ void memplan_print(FILE *f, const Module *m) {
     fprintf(f, "#   %-16s %16lld B %12.2f MiB  saved: the f32 master weights stored split over the ZeRO group, the bf16 "
             "copies gathered (in parameters: 4 B x P / group)\n", "f32 masters", (long long)m->wcopy.master_saved,
             (double)m->wcopy.master_saved / (1 << 20));
-  if (m->zbw.why) /* passes/recompute.c's decision under zb (from_b) */
+  if (m->zbw.why && m->zbw.held && m->zbw.layers > 0) /* hold(N): passes/recompute_split.c */
+    fprintf(f, "#   %-16s %16lld B %12.2f MiB  a micro-batch's (in activations), held for the last %d layer%s of each "
+            "stage's loop: there W takes the weight-gradient GEMMs' inputs B's recompute made, held from B to W; for "
+            "the stage's other layers W recomputes them from the forward's saved values: %s\n", "zb W inputs",
+            (long long)m->zbw.bytes, (double)m->zbw.bytes / (1 << 20), m->zbw.layers, m->zbw.layers > 1 ? "s" : "", m->zbw.why);
+  else if (m->zbw.why) /* passes/recompute.c's decision under zb (from_b) */
     fprintf(f, "#   %-16s %16lld B %12.2f MiB  %s: %s\n", "zb W inputs", (long long)m->zbw.bytes,
             (double)m->zbw.bytes / (1 << 20),
             m->zbw.held ? "a micro-batch's (in activations): W takes the weight-gradient GEMMs' inputs B's recompute "

@@ -202,6 +202,14 @@ bool memplan_row_slice(const Node *n) {
   return true;
 }
 
+bool memplan_row_viewed(const Node *n) {
+  if (!memplan_row_slice(n)) return false;
+  const Value *y = n->out[0], *x = n->in[0];
+  if (y->offset == IR_OFFSET_VIEW) return true; /* (the input's pointer plus the first row) */
+  return y->offset >= 0 && x->offset >= 0 && !y->stride && !x->stride && !x->last_in && !y->last_in &&
+         y->host == x->host && y->offset == x->offset + memplan_view_at(n);
+}
+
 int64_t memplan_view_at(const Node *n) {
   if (memplan_col_slice(n)) return memplan_col_at(n, 0);
   if (!memplan_row_slice(n)) return 0;

@@ -25,6 +25,9 @@ int64_t memplan_col_at(const Node *n, int i);
 bool memplan_row_slice(const Node *n);
 /* The byte offset of view n from its input's: a column view's first column, a row view's first row; 0 else. */
 int64_t memplan_view_at(const Node *n);
+/* Whether the memory plan placed row slice n at its rows of its input's bytes (a row view: codegen copies
+ * nothing, the cost model charges nothing). */
+bool memplan_row_viewed(const Node *n);
 
 /* Rows in place (memplan_views.c): whether n (a concat or pad along dim 0, a stage_select) may have its
  * inputs written into its rows; the byte offset of input i there. */

@@ -19,6 +19,7 @@
  * outside the tp regions (layer norms, residuals: about 4 units; full: the input) is not. */
 static const double act_units[3] = {16.0, 1.0, 11.0}; /* RecomputeKind order: none, full, selective */
 static const double act_rep_units[3] = {4.0, 1.0, 4.0};
+enum { PM_HOLD_ALL = 1 << 30 }; /* estimate's hold: the layers of a stage W holds for (0: none; this: all) */
 /* Under pp, full recompute keeps about 0.45 of a layer's activations per micro-batch in flight, not
  * its input alone (GPT-2 at 8, 16 and 32 layers, pp 4: the activations' slope per layer under full
  * over none, 0.48 1f1b and zb, 0.43 interleaved). */
@@ -303,12 +304,20 @@ static int dp_link(const PlanCand *c, const CostDevice *dev, int dpn, double *bw
  * plan_model_estimate's decision): their f32 inputs held through the body, the stall of the deferred waits.
  * stage_tot (uneven stages without chunks; else left alone): each stage's bytes at its own peak, as e->total
  * is the peak stage's (the memory plan's stage_peak, which pipe_balance_calibrate weighs). */
+/* The share of a stage's layers whose W recomputes B's values (passes/recompute.c): 1 without the hold, 0 with
+ * the whole hold, hold(N): its layers but the last N (recompute_split.c: a stage of lst layers). */
+static double zb_unheld(const PlanEstimate *e, double lst) {
+  if (!e->zbw_hold) return 1;
+  return e->zbw_layers > 0 && lst > e->zbw_layers ? (lst - e->zbw_layers) / lst : 0;
+}
+
 static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
-                     bool defer, bool hold, PlanEstimate *e, double *stage_tot) {
+                     bool defer, int hold, PlanEstimate *e, double *stage_tot) {
   memset(e, 0, sizeof *e);
   double stage_x[RT_MAX_STAGES] = {0}, peak_x = -1; /* (each stage's most loaded position; the peak's) */
   e->defer = defer;
-  e->zbw_hold = hold;
+  e->zbw_hold = hold > 0;
+  e->zbw_layers = hold > 0 && hold < PM_HOLD_ALL ? hold : 0;
   int r = (int)c->rec;
   int dpn = base->mesh && base->mesh->devices_per_node > 0 ? base->mesh->devices_per_node : 1;
   double tp = c->tp, pp = c->pp, L = pm->layers, d = pm->d, cb = pm->cb;
@@ -487,9 +496,10 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double p_mat = fmin(p_layer, pm->pl_mat * 4 / tp);
     double tw = g1 + wb * cb + sm * (p_layer - p_mat) * lst / cv * 2 - ko * lst / cv * pm->nl_mat;
     if (c->sched != SCHED_ZB) tb += tw, tw = 0;
-    else if (!e->zbw_hold) /* W recomputes its GEMMs' inputs (`zb_w`): the forward's GEMMs but the MLP's last
-                            * (~0.7 of them: GPT 8 of 12 d^2, Llama-3-8B 9.5 of 13) and attention; selective: attention */
-      tw += c->rec == RECOMPUTE_FULL ? 0.7 * g1 + a1 / 3 : c->rec == RECOMPUTE_SELECTIVE ? a1 / 3 : 0;
+    else if (zb_unheld(e, lst) > 0) /* W recomputes its GEMMs' inputs (`zb_w`): the forward's GEMMs but the MLP's last
+                                     * (~0.7 of them: GPT 8 of 12 d^2, Llama-3-8B 9.5 of 13) and attention; selective:
+                                     * attention; hold(N): for the stage's layers not held */
+      tw += zb_unheld(e, lst) * (c->rec == RECOMPUTE_FULL ? 0.7 * g1 + a1 / 3 : c->rec == RECOMPUTE_SELECTIVE ? a1 / 3 : 0);
     zpp = zstall && tf > 0;
     /* ZeRO-3's F loops gather the next layer as they run one, each gather's copies after it and the next
      * gather after them (no collective hidden by the copies): an iteration no shorter (Llama-3-405B dp 128
@@ -570,7 +580,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double H = pm->vocab / tp * d * cb;         /* the head's (embedding's) gradient of one */
     /* zb: what B keeps for W besides the activations, its hand-off (the weight GEMMs' output gradients:
      * zb_handoff_units) and under recompute the GEMM inputs B's recompute made (zb_held_units) */
-    double held = e->zbw_hold ? zb_held_units(pm, c->rec) : 0; /* (what B's recompute made for W) */
+    double held = (1 - zb_unheld(e, lst)) * zb_held_units(pm, c->rec); /* (what B's recompute made for W; hold(N): its layers') */
     double S = unit * (zb_handoff_units(pm, tp, c->sp) + held / tp) * lst * ulay;
     /* full recompute: F kept the layer's input alone, and what B recomputed is freed after B, so a micro-batch
      * awaiting W holds the input (W re-runs the first norm from it), not the forward's activations in flight
@@ -694,7 +704,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   /* zb's W under recompute as the driver decides it with the deferred waits (replan.c, auto_memory): `zb_w` as
    * the base has it; auto choices taken where the estimate with them is within the capacity, else each
    * dropped alone, the faster of those within it, else both dropped */
-  bool hold = base->plan.zb_w != ZBW_RECOMPUTE;
+  int hold = base->plan.zb_w == ZBW_RECOMPUTE ? 0 : base->plan.zb_w == ZBW_HOLD && base->plan.zb_w_layers > 0 ? base->plan.zb_w_layers : PM_HOLD_ALL;
   estimate(pm, base, dev, c, NULL, dz, hold, e, NULL);
   bool open_h = hold && base->plan.zb_w == ZBW_AUTO && c->sched == SCHED_ZB && c->rec != RECOMPUTE_NONE && c->pp > 1,
        open_d = e->defer && want == DEFER_AUTO;
@@ -702,12 +712,25 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   if ((open_h || open_d) && cap > 0 && e->total * frag > cap) {
     PlanEstimate eh, ed; /* without the hold, without the deferred waits */
     bool fh = false, fd = false;
-    if (open_h) estimate(pm, base, dev, c, NULL, e->defer, false, &eh, NULL), fh = eh.total * frag <= cap;
+    if (open_h) estimate(pm, base, dev, c, NULL, e->defer, 0, &eh, NULL), fh = eh.total * frag <= cap;
     if (open_d) estimate(pm, base, dev, c, NULL, false, hold, &ed, NULL), fd = ed.total * frag <= cap;
-    if (open_h && open_d && !fh && !fd) estimate(pm, base, dev, c, NULL, false, hold = false, e, NULL);
-    else if (fh && (!fd || eh.step_s <= ed.step_s)) *e = eh, hold = false;
+    if (open_h && open_d && !fh && !fd) estimate(pm, base, dev, c, NULL, false, hold = 0, e, NULL);
+    else if (fh && (!fd || eh.step_s <= ed.step_s)) *e = eh, hold = 0;
     else if (fd || !open_h) *e = ed;
-    else *e = eh, hold = false;
+    else *e = eh, hold = 0;
+    /* the hold dropped, the rest fitting: the largest hold(N) that fits, as the driver's partial_hold (replan.c) */
+    int most = (int)ceil(pm->layers / c->pp);
+    if (open_h && !hold && e->total * frag <= cap && most > 1) {
+      int lo = 0, hi = most;
+      PlanEstimate ep, best = *e;
+      while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        estimate(pm, base, dev, c, NULL, e->defer, mid, &ep, NULL);
+        if (ep.total * frag <= cap) lo = mid, best = ep;
+        else hi = mid;
+      }
+      *e = best, hold = lo;
+    }
   }
   int64_t n[RT_MAX_STAGES];
   if (!c->bal || !plan_model_balance(pm, c, e, n, NULL)) return;

@@ -94,6 +94,8 @@ typedef struct {
                             `defer_waits`: zero_defer_taken, auto with this estimate's memory against the capacity) */
   bool zbw_hold;          /* zb under recompute: W holds B's recomputed GEMM inputs (`zb_w`: auto where this
                             estimate's memory with them is within the capacity), else recomputes them */
+  int zbw_layers;         /* ... for the last zbw_layers layers of each stage only (hold(N), or auto's largest that
+                            fits where the whole hold does not); 0: all */
   int nsplit;            /* layers(balanced) (PlanCand.bal): the (virtual) stages of split; else 0 */
   short split[64];       /* their layers (RT_MAX_STAGES) */
 } PlanEstimate;

@@ -44,7 +44,7 @@
  * cheap ops (elementwise, copies, rope, norms) whose inputs W has without holding more, which W re-runs:
  * W runs no forward GEMM, attention or collective. `zb_w auto | hold | recompute` (plan option) chooses:
  * auto holds where the driver keeps it (replan.c's auto_memory, with `weight_copy auto` and `defer_waits auto`:
- * the fastest plan that fits; Plan.zbw_fit_*), else W recomputes from the forward's saved values as any
+ * the fastest plan that fits; Plan.fit.zbw), else W recomputes from the forward's saved values as any
  * backward; the memory report says which and why (Module.zbw).
  *
  * Where: after `shard` and `buckets`, before `fuse` and `memplan`. It must see the backward
@@ -62,6 +62,7 @@
 #include "passes.h"
 #include "plan_options.h"
 #include "ptrmap.h"
+#include "recompute_int.h"
 
 typedef struct {
   RecomputeKind kind;
@@ -519,8 +520,7 @@ static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrM
   ptrmap_free(&r.unary);
 }
 
-/* The forward REPEAT whose stacked outputs B reads as stacked inputs, or NULL. */
-static Node *forward_of(const Node *B) {
+Node *rc_forward_of(const Node *B) {
   for (int i = B->a.ncarry; i < B->a.ncarry + B->a.nxs; i++) {
     Node *d = B->in[i]->def;
     if (d->op == OP_REPEAT && d != B && d->graph == B->graph && B->in[i]->idx >= d->a.ncarry &&
@@ -530,14 +530,12 @@ static Node *forward_of(const Node *B) {
   return NULL;
 }
 
-/* zb's W loop (passes/pipe_split.c) paired with forward F: the B loop, of the same forward, whose
- * stacked outputs (the hand-off) W reads; else NULL. */
-static Node *b_of_w(const Node *W, const Node *F) {
+Node *rc_b_of_w(const Node *W, const Node *F) {
   if (W->a.ncarry) return NULL;
   for (int i = 0; i < W->a.nxs; i++) {
     Node *d = W->in[i]->def;
     if (d != F && d->op == OP_REPEAT && d->graph == W->graph && d->a.count == W->a.count && d->a.reverse == W->a.reverse &&
-        d->a.ncarry && forward_of(d) == F)
+        d->a.ncarry && rc_forward_of(d) == F)
       return d;
   }
   return NULL;
@@ -546,7 +544,7 @@ static Node *b_of_w(const Node *W, const Node *F) {
 /* Pairs in g, and in the bodies of g's other regions (the accumulation region's micro-step holds
  * the layers' forward and backward loops). A zb W loop is recomputed after its B, from what B's
  * recompute made (from_b): B's memo is kept (memos) until its W has been. */
-static int recompute_graph(RecomputeKind kind, bool cuda, Graph *g, Module *m) {
+static int recompute_graph(RecomputeKind kind, bool cuda, Graph *g, Module *m, const PtrMap *lo) {
   int nw = 0; /* zb's W loops met */
   PtrMap outer = {0}; /* the reads of g's values, made at the first pair */
   PtrMap memos = {0}; /* a B loop -> its memo (PtrMap *), while its W has not been recomputed */
@@ -554,16 +552,16 @@ static int recompute_graph(RecomputeKind kind, bool cuda, Graph *g, Module *m) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *B = g->nodes[i];
     if (B->op != OP_REPEAT) continue;
-    Node *F = forward_of(B);
+    Node *F = rc_forward_of(B);
     if (!F) {
-      nw += recompute_graph(kind, cuda, B->body, m);
+      nw += recompute_graph(kind, cuda, B->body, m, lo);
       continue;
     }
     if (!counted) count_uses(g, &outer);
     counted = true;
-    Node *Bsrc = b_of_w(B, F);
-    intptr_t got = 0;
-    bool hold = m->zbw.held && m->plan.schedule == SCHED_ZB;
+    Node *Bsrc = rc_b_of_w(B, F);
+    intptr_t got = 0, other;
+    bool hold = m->zbw.held && m->plan.schedule == SCHED_ZB && !ptrmap_get(lo, Bsrc ? Bsrc : B, &other); /* (lo: hold(N)'s others) */
     if (Bsrc) nw++;
     if (Bsrc && hold && !ptrmap_get(&memos, Bsrc, &got)) die("recompute: a zb W loop before its B loop");
     PtrMap *bmemo = (PtrMap *)got, *keep = NULL;
@@ -596,14 +594,24 @@ bool pass_recompute(Module *m) {
   /* zb's W under recompute (from_b): held where `zb_w hold`, or auto where the plan with the hold fits the
    * device and no plan without it that fits is faster, as the driver decided it with the other memory-dependent
    * auto choices (replan.c, auto_memory), else recomputed from the forward's saved values */
-  bool unfit = fit_figure_over((double)p->zbw_fit_total, p->zbw_fit_cap);
-  m->zbw.held = p->zb_w == ZBW_HOLD || (p->zb_w == ZBW_AUTO && !unfit && !p->zbw_fit_lost);
-  int nw = recompute_graph(p->recompute, m->target == TARGET_CUDA && fuse_on(m, FUSE_SWIGLU), m->graph, m);
+  bool unfit = fit_figure_over((double)p->fit.zbw.total, p->fit.zbw.cap);
+  m->zbw.held = p->zb_w == ZBW_HOLD || (p->zb_w == ZBW_AUTO && !unfit && !p->fit.zbw.lost);
+  /* hold(N) (or auto's partial hold): the triples over more than N layers cut, the lo parts recomputing */
+  int part = p->zb_w == ZBW_HOLD ? p->zb_w_layers : p->zb_w == ZBW_AUTO ? p->fit.zbw_layers : 0;
+  for (int i = 0; i < m->graph->nnodes; i++) { /* (the driver's partial_hold and the fit check's knob read it) */
+    Node *W = m->graph->nodes[i], *F = W->op == OP_REPEAT ? rc_forward_of(W) : NULL;
+    if (F && rc_b_of_w(W, F) && W->a.count > m->zbw.stage_layers) m->zbw.stage_layers = (int)W->a.count;
+  }
+  PtrMap lo = {0};
+  if (m->zbw.held && part > 0 && p->schedule == SCHED_ZB && p->recompute != RECOMPUTE_NONE && recompute_split_hold(m->graph, part, &lo))
+    m->zbw.layers = part;
+  int nw = recompute_graph(p->recompute, m->target == TARGET_CUDA && fuse_on(m, FUSE_SWIGLU), m->graph, m, &lo);
+  ptrmap_free(&lo);
   if (!nw || p->recompute == RECOMPUTE_NONE) {
     if (p->zb_w != ZBW_AUTO) { /* written, and no W recomputes anything: refused, not ignored */
       error_at(p->opt_loc[PLAN_OPT_ZB_W],
-               "`zb_w %s`: it chooses whether the zero-bubble schedule's W loops hold what B's recompute made or "
-               "recompute it; this plan has %s", ir_zb_w_names[p->zb_w],
+               "`zb_w %s%s`: it chooses whether the zero-bubble schedule's W loops hold what B's recompute made or "
+               "recompute it; this plan has %s", ir_zb_w_names[p->zb_w], p->zb_w_layers > 0 ? "(N)" : "",
                nw ? "no recompute (W reads the forward's saved values)" : "no zero-bubble schedule (`schedule zb`)");
       note("leave `zb_w` out (auto) to let shardc choose");
       return false;
@@ -612,18 +620,25 @@ bool pass_recompute(Module *m) {
     return true;
   }
   double mib = 1 << 20;
-  if (p->zb_w != ZBW_AUTO) m->zbw.why = p->zb_w == ZBW_HOLD ? "zb_w hold (the plan)" : "zb_w recompute (the plan)";
+  if (p->zb_w == ZBW_HOLD && p->zb_w_layers > 0)
+    m->zbw.why = arena_printf(m->arena, "zb_w hold(%d) (the plan)%s", p->zb_w_layers,
+                              m->zbw.layers ? "" : ": no stage has more layers, all held");
+  else if (p->zb_w != ZBW_AUTO) m->zbw.why = p->zb_w == ZBW_HOLD ? "zb_w hold (the plan)" : "zb_w recompute (the plan)";
+  else if (m->zbw.layers > 0) /* auto's partial hold (replan.c, partial_hold) */
+    m->zbw.why = arena_printf(m->arena, "the plan with the whole hold needs %.1f MiB per rank, over the device's %.1f MiB; "
+                              "with the hold for the last %d layers, the most that fit: %.1f MiB",
+                              (double)p->fit.zbw_whole / mib, p->fit.zbw.cap / mib, m->zbw.layers, (double)p->fit.zbw.total / mib);
   else if (unfit)
     m->zbw.why = arena_printf(m->arena, "the plan with the hold needs %.1f MiB per rank, over the device's %.1f MiB",
-                              (double)p->zbw_fit_total / mib, p->zbw_fit_cap / mib);
-  else if (p->zbw_fit_lost)
+                              (double)p->fit.zbw.total / mib, p->fit.zbw.cap / mib);
+  else if (p->fit.zbw.lost)
     m->zbw.why = arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with the hold, of the device's %.1f MiB; "
-                              "not with %s too, which %s the cost model has faster", (double)p->zbw_fit_total / mib,
-                              p->zbw_fit_cap / mib, fit_auto_kept(m, p->auto_kept),
-                              p->auto_kept & (p->auto_kept - 1) ? "together" : "alone");
-  else if (p->zbw_fit_total > 0)
+                              "not with %s too, which %s the cost model has faster", (double)p->fit.zbw.total / mib,
+                              p->fit.zbw.cap / mib, fit_auto_kept(m, p->fit.kept),
+                              p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
+  else if (p->fit.zbw.total > 0)
     m->zbw.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with the hold, of the device's %.1f MiB",
-                              (double)p->zbw_fit_total / mib, p->zbw_fit_cap / mib);
+                              (double)p->fit.zbw.total / mib, p->fit.zbw.cap / mib);
   else m->zbw.why = "auto (no device memory to check it against)";
   return true;
 }

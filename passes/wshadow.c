@@ -16,8 +16,8 @@
  *   - per layer: today's casts, left for passes/wcast.c.
  * `weight_copy auto` (the default) takes persistent unless the driver's choice against the device's memory,
  * made together with `defer_waits auto` (replan.c, auto_memory: the plan with both where it fits, else the
- * faster of each alone that fits, else neither), dropped it (Plan.wcopy_fit_total over wcopy_fit_cap: the
- * plan with it did not fit; Plan.wcopy_fit_lost: it fit alone, the deferred waits alone were faster);
+ * faster of each alone that fits, else neither), dropped it (Plan.fit.wcopy.total over .cap: the
+ * plan with it did not fit; Plan.fit.wcopy.lost: it fit alone, the deferred waits alone were faster);
  * `weight_copy persistent | per_layer`
  * chooses by hand, and is refused where it cannot be applied.
  *
@@ -133,23 +133,23 @@ bool pass_wshadow(Module *m) {
     m->wcopy.why = "zero 3: each layer's bf16 rows gathered (from a split copy) where they are read";
     return true;
   }
-  bool unfit = fit_figure_over((double)p->wcopy_fit_total, p->wcopy_fit_cap);
+  bool unfit = fit_figure_over((double)p->fit.wcopy.total, p->fit.wcopy.cap);
   if (want == WCOPY_PER_LAYER) m->wcopy.why = "weight_copy per_layer (the plan)";
   else if (want == WCOPY_PERSISTENT) m->wcopy.why = "weight_copy persistent (the plan)";
   else if (unfit)
     m->wcopy.why = arena_printf(m->arena, "the plan with the persistent copy (%.1f MiB) needs %.1f MiB per rank, over "
-                                "the device's %.1f MiB", mib((double)bytes), mib((double)p->wcopy_fit_total),
-                                mib(p->wcopy_fit_cap));
-  else if (p->wcopy_fit_lost)
+                                "the device's %.1f MiB", mib((double)bytes), mib((double)p->fit.wcopy.total),
+                                mib(p->fit.wcopy.cap));
+  else if (p->fit.wcopy.lost)
     m->wcopy.why = arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with it, of the device's %.1f MiB; "
-                                "not with %s too, which %s the cost model has faster", mib((double)p->wcopy_fit_total),
-                                mib(p->wcopy_fit_cap), fit_auto_kept(m, p->auto_kept),
-                                p->auto_kept & (p->auto_kept - 1) ? "together" : "alone");
-  else if (p->wcopy_fit_total > 0)
+                                "not with %s too, which %s the cost model has faster", mib((double)p->fit.wcopy.total),
+                                mib(p->fit.wcopy.cap), fit_auto_kept(m, p->fit.kept),
+                                p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
+  else if (p->fit.wcopy.total > 0)
     m->wcopy.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with it, of the device's %.1f MiB",
-                                mib((double)p->wcopy_fit_total), mib(p->wcopy_fit_cap));
+                                mib((double)p->fit.wcopy.total), mib(p->fit.wcopy.cap));
   else m->wcopy.why = "auto (no device memory to check it against)";
-  if (want == WCOPY_PER_LAYER || (want == WCOPY_AUTO && (unfit || p->wcopy_fit_lost)))
+  if (want == WCOPY_PER_LAYER || (want == WCOPY_AUTO && (unfit || p->fit.wcopy.lost)))
     return true; /* passes/wcast.c's casts */
   m->wcopy.persistent = true;
   for (int i = 0; i < g->nnodes; i++)

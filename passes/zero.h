@@ -37,8 +37,8 @@ bool zero_defer_loop(const Node *r);
 /* Where zero_defers_scatters holds, whether the plan defers them: plan `defer_waits` `want` (Plan.defer_waits:
  * DEFER_ON yes, DEFER_OFF no; DEFER_AUTO unless the plan with them needs `total` bytes per rank (0: not
  * measured) over the device's `cap` (<= 0: unknown), or `lost`: they fit alone but not with the persistent
- * weight copies, which the driver's cost model has faster, Plan.defer_fit_lost). The one rule of
- * passes/zero_defer.c (the driver's compile's figures, Plan.defer_fit_*) and plan_model.c (its own memory
+ * weight copies, which the driver's cost model has faster, Plan.fit.defer.lost). The one rule of
+ * passes/zero_defer.c (the driver's compile's figures, Plan.fit.defer) and plan_model.c (its own memory
  * with them, against the capacity). */
 bool zero_defer_taken(int want, double total, double cap, bool lost);
 /* Module m's plan with both: whether its backward loops' scatter waits are deferred (the pass's and the

@@ -29,7 +29,7 @@
  *
  * Whether a plan that may defer does: plan `defer_waits` (zero_defer_taken, the one rule, which
  * plan_model.c's memory and stall model asks too). `auto` (the default) defers unless the driver's compile
- * of the plan with the deferred waits did not fit the device (Plan.defer_fit_total, replan.c), like
+ * of the plan with the deferred waits did not fit the device (Plan.fit.defer.total, replan.c), like
  * `weight_copy auto`; `on` / `off` by hand, refused (an error at the option) where the plan has no
  * such scatters. Module.defer says which was taken and why (the plan's memory report prints it).
  */
@@ -254,7 +254,7 @@ static double mib(double b) { return b / (1 << 20); }
 bool zero_defers_plan(const Module *m) {
   const Plan *p = &m->plan;
   return m->mesh && zero_defers_scatters(p->zero, zero_group(m->mesh).deg) &&
-         zero_defer_taken(p->defer_waits, (double)p->defer_fit_total, p->defer_fit_cap, p->defer_fit_lost);
+         zero_defer_taken(p->defer_waits, (double)p->fit.defer.total, p->fit.defer.cap, p->fit.defer.lost);
 }
 
 bool pass_zero_defer(Module *m) {
@@ -278,20 +278,20 @@ bool pass_zero_defer(Module *m) {
     if (may) m->defer.why = "its backward layer loops run one layer each (no next iteration to wait in)";
     return true;
   }
-  bool unfit = fit_figure_over((double)p->defer_fit_total, p->defer_fit_cap);
+  bool unfit = fit_figure_over((double)p->fit.defer.total, p->fit.defer.cap);
   m->defer.taken = zero_defers_plan(m);
   if (want != DEFER_AUTO) m->defer.why = want == DEFER_ON ? "defer_waits on (the plan)" : "defer_waits off (the plan)";
   else if (unfit)
     m->defer.why = arena_printf(m->arena, "the plan with them needs %.1f MiB per rank, over the device's %.1f MiB",
-                                mib((double)p->defer_fit_total), mib(p->defer_fit_cap));
-  else if (p->defer_fit_lost)
+                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap));
+  else if (p->fit.defer.lost)
     m->defer.why = arena_printf(m->arena, "they fit alone: %.1f MiB per rank planned with them, of the device's "
                                 "%.1f MiB; not with %s too, which %s the cost model has faster",
-                                mib((double)p->defer_fit_total), mib(p->defer_fit_cap), fit_auto_kept(m, p->auto_kept),
-                                p->auto_kept & (p->auto_kept - 1) ? "together" : "alone");
-  else if (p->defer_fit_total > 0)
+                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap), fit_auto_kept(m, p->fit.kept),
+                                p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
+  else if (p->fit.defer.total > 0)
     m->defer.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with them, of the device's %.1f MiB",
-                                mib((double)p->defer_fit_total), mib(p->defer_fit_cap));
+                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap));
   else m->defer.why = "auto (no device memory to check it against)";
   if (m->defer.taken) defer_graph(m->graph, &m->defer.bytes);
   return true;

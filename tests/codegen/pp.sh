@@ -14,6 +14,8 @@
 #   bubble with ZeRO-2 (the embedding's scatter after stage 0's W: passes/zero_late.c); a checkpoint
 #   written under pp2 interleaved at step 10 resumes on one rank with the uninterrupted run's
 #   step-11 loss (checkpoints hold logical tensors: each stage its layers, interleaved ones too).
+#   Tiny 6 layers pp2 x dp2 ZeRO-2 zero bubble, full recompute, `zb_w hold(1)` (W holding for the
+#   last layer of each stage only: passes/recompute_split.c) against its single rank.
 #   Stages of unequal layer counts (pp2 layers(1, 3), pp3 layers(1, 2, 1), pp2 layers(3, 1) zb x
 #   dp2, and pp3 layers(balanced) 1F1B: the stage pass's [1, 2, 1]) give the single-rank curve too,
 #   and their checkpoints resume across layouts. The
@@ -77,6 +79,16 @@ m8=(models/tiny.model -D seq=64 -D layers=8 -D batch=8)
 "$t/one8" "${run[@]}" --threads 2 --log "$t/one8.jsonl" >/dev/null
 "${mpi[@]}" -np 4 "$t/pp4int" "${run[@]}" --log "$t/pp4int.jsonl" >/dev/null
 compare "tiny 8 layers pp4int" "$t/pp4int.jsonl" "$t/one8.jsonl"
+# zb under full recompute with W holding for the last layer of each stage's 3 only (zb_w hold(1):
+# passes/recompute_split.c cuts each F, B, W into loops over 2 and 1 layers, the stacks' row views, the
+# gradients' concats), pp2 x dp2 ZeRO-2 (deferred waits in both parts), against its own single rank
+m6=(models/tiny.model -D seq=64 -D layers=6 -D batch=8)
+"$shardc" build "${m6[@]}" -D micro_batch=8 --world 1 -o "$t/one6" 2>/dev/null
+"$shardc" build "${m6[@]}" -D micro_batch=2 -D dp=2 -D pp=2 -D zero=2 -D schedule=zb -D recompute=full -D zb_w=hold:1 --world 4 \
+  -o "$t/pp2dp2z2zbh1" 2>/dev/null
+"$t/one6" "${run[@]}" --threads 2 --log "$t/one6.jsonl" >/dev/null
+"${mpi[@]}" -np 4 "$t/pp2dp2z2zbh1" "${run[@]}" --log "$t/pp2dp2z2zbh1.jsonl" >/dev/null
+compare "tiny 6 layers pp2dp2z2zb hold(1)" "$t/pp2dp2z2zbh1.jsonl" "$t/one6.jsonl"
 l=(models/llama3-8b.model -D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96
    -D batch=4 -D zero=0 -D recompute=none -D precision=f32)
 "$shardc" build "${l[@]}" -D micro_batch=4 -D dp=1 -D tp=1 -D sp=off --world 1 -o "$t/lone" 2>/dev/null

@@ -266,10 +266,18 @@ void plan_gen(PlanSample *s, uint64_t seed) {
     Rng r2 = {seed * 0x9e3779b97f4a7c15ull + (pp > 1 ? 17 : 7)};
     if (zero >= 2 && dp * cp > 1 && chance(&r2, 30))
       knob(s, &r2, &b, "defer_waits", "%s", chance(&r2, 50) ? "on" : "off");
-    /* zb under recompute: W holds B's recomputed GEMM inputs, or recomputes them (passes/recompute.c) */
+    /* zb under recompute: W holds B's recomputed GEMM inputs, or recomputes them (passes/recompute.c), or holds
+     * them for the last N layers of each stage only (hold(N), -D hold:N: passes/recompute_split.c; N up to a
+     * stage's layers, all held there; drawn after knob's draws, so the samples before keep their text) */
     Rng r3 = {seed * 0x9e3779b97f4a7c15ull + 29};
-    if (pp > 1 && sched == 3 && strcmp(rc, "none") != 0 && chance(&r3, 50))
-      knob(s, &r3, &b, "zb_w", "%s", chance(&r3, 50) ? "hold" : "recompute");
+    if (pp > 1 && sched == 3 && strcmp(rc, "none") != 0 && chance(&r3, 50)) {
+      bool hold = chance(&r3, 50), src = chance(&r3, 50);
+      int n = hold && chance(&r3, 40) ? 1 + (int)below(&r3, layers / pp > 1 ? layers / pp : 1) : 0;
+      if (n && src) put(&b, "  zb_w hold(%d)\n", n);
+      else if (n) def(s, PLAN, "zb_w", "hold:%d", n);
+      else if (src) put(&b, "  zb_w %s\n", hold ? "hold" : "recompute");
+      else def(s, PLAN, "zb_w", "%s", hold ? "hold" : "recompute");
+    }
   }
   if (cross && (topo || chance(&r, 30))) knob(s, &r, &b, "cross_node_tp", "on");
   if ((M > 1 && pp > 1 && chance(&r, 30)) || by_microbatches)

@@ -159,9 +159,9 @@ static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, cons
             what, owned, states, every);
     failures++;
   }
-  int wloops = 0; /* zb: one weight-gradient loop (no carry) per stage and micro-batch */
+  int wloops = 0; /* zb: one weight-gradient loop (no carry) per stage and micro-batch; hold(N): two where cut (below) */
   for (int i = 0; i < g->nnodes; i++) wloops += g->nodes[i]->op == OP_REPEAT && g->nodes[i]->a.ncarry == 0;
-  if (wloops != (zb ? pp * (int)M : 0)) {
+  if (m->zbw.layers == 0 && wloops != (zb ? pp * (int)M : 0)) {
     fprintf(stderr, "FAIL %s: %d weight-gradient loops, want %d\n", what, wloops, zb ? pp * (int)M : 0);
     failures++;
   }
@@ -170,15 +170,32 @@ static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, cons
    * recomputed the layer's forward (its GEMMs and attention) a second time before; `zb_w recompute`
    * (m->zbw.why set, not held): it recomputes them */
   bool rerun = m->zbw.why && !m->zbw.held;
-  int fwd = 0, wgemm = 0;
+  int fwd = 0, wgemm = 0, lo_rerun = 0, hi_held = 0, whole = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *w = g->nodes[i];
     if (w->op != OP_REPEAT || w->a.ncarry != 0) continue;
+    int f = 0;
     for (int k = 0; k < w->body->nnodes; k++) {
       const Node *n = w->body->nodes[k];
-      fwd += n->op == OP_SDPA || (n->op == OP_MATMUL && !n->a.ta);
+      f += n->op == OP_SDPA || (n->op == OP_MATMUL && !n->a.ta);
       wgemm += n->op == OP_MATMUL && n->a.ta;
     }
+    if (m->zbw.layers > 0) { /* hold(N): the W over the stage's first rows recomputes, the one over its last N holds */
+      int64_t start = -1;
+      for (int j = 0; j < w->a.nxs; j++)
+        if (w->in[j]->def->op == OP_SLICE && w->in[j]->def->a.axis == 0) start = w->in[j]->def->a.start;
+      lo_rerun += start == 0 && f > 0;
+      hi_held += start > 0 && f == 0 && w->a.count == m->zbw.layers;
+      whole += f == 0 && w->a.count <= m->zbw.layers && start <= 0; /* (a stage of N layers or fewer: all held) */
+    } else fwd += f;
+  }
+  /* hold(N): each stage of more than N layers cut (its lo W recomputing, its hi W of N layers holding), the
+   * others whole and holding: every stage's W of each micro-batch one of those */
+  if (m->zbw.layers > 0 && (lo_rerun < 1 || lo_rerun != hi_held || wloops != lo_rerun + hi_held + whole ||
+                            hi_held + whole != pp * (int)M)) {
+    fprintf(stderr, "FAIL %s: hold(%d): %d W loops over a stage's first layers recompute, %d over its last hold, %d whole "
+            "hold (of %d; want a pair per cut stage and micro-batch)\n", what, m->zbw.layers, lo_rerun, hi_held, whole, wloops);
+    failures++;
   }
   if ((fwd > 0) != rerun || (zb && !wgemm)) {
     fprintf(stderr, "FAIL %s: the W loops run %d forward GEMMs or attentions (want %s) and %d weight-gradient GEMMs\n", what,
@@ -679,17 +696,19 @@ static void check_balance(void) {
   expect(!pipe_balance_split(&b, n), "balanced: no split of 3 layers over 4 stages");
 }
 
-/* `zb_w hold | recompute` (passes/recompute.c): zb under recompute with W holding what B's recompute made,
- * and with W recomputing it from the forward's saved values (check_shape: its W loops run forward GEMMs
- * then, none held), each equal to the single rank: pp 2, 4 micro-batches. */
+/* `zb_w hold | recompute | hold(1)` (passes/recompute.c): zb under recompute with W holding what B's recompute
+ * made, with W recomputing it from the forward's saved values (check_shape: its W loops run forward GEMMs
+ * then, none held), and holding it for the last layer of each stage's two only (passes/recompute_split.c:
+ * check_shape: the W over the first layer runs them, the one over the last none), each equal to the single
+ * rank: pp 2, 4 micro-batches. */
 static void run_zb_w(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S, int64_t V) {
-  fprintf(stderr, "%s, zb_w hold | recompute\n", label);
+  fprintf(stderr, "%s, zb_w hold | recompute | hold:1\n", label);
   Arena ra;
   arena_init(&ra);
   Module *ref = compile(&ra, TARGET_CPU, path, defs, ndefs, 1, 1, 1, "1f1b", B, B);
   Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V), tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
-  static const char *const how[] = {"hold", "recompute"};
-  for (int k = 0; k < 2 && ref; k++) {
+  static const char *const how[] = {"hold", "recompute", "hold:1"}; /* hold:1: the last of each stage's 2 layers */
+  for (int k = 0; k < 3 && ref; k++) {
     FeDefine d[16];
     for (int i = 0; i < ndefs && i < 15; i++) d[i] = defs[i];
     d[ndefs] = (FeDefine){"zb_w", how[k]};
@@ -698,7 +717,7 @@ static void run_zb_w(const char *label, const char *path, const FeDefine *defs, 
     Arena pa;
     arena_init(&pa);
     Module *pm = compile(&pa, TARGET_CPU, path, d, ndefs + 1, 2, 1, 1, "zb", B / 4, B);
-    if (!pm || pm->zbw.held != (k == 0)) {
+    if (!pm || pm->zbw.held != (k != 1) || pm->zbw.layers != (k == 2 ? 1 : 0)) {
       fprintf(stderr, "FAIL %s %s: %s\n", label, what, pm ? "the choice not applied" : "does not compile");
       failures++;
     } else {
@@ -710,6 +729,32 @@ static void run_zb_w(const char *label, const char *path, const FeDefine *defs, 
   if (!ref) fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label), failures++;
   tensor_free(&tok);
   tensor_free(&tgt);
+  arena_free(&ra);
+}
+
+/* `zb_w hold(3)` over uneven stages (`layers(2, 4)`): stage 0's 2 layers held whole, stage 1's 4 cut into 1 + 3
+ * (passes/recompute_split.c over pipe.c's own rows and padded gradients), equal to the single rank. */
+static void run_zb_w_uneven(void) {
+  const char *label = "tiny 6 layers, recompute full, layers(2, 4), zb_w hold:3";
+  fprintf(stderr, "%s\n", label);
+  const FeDefine defs[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"recompute", "full"}, {"zb_w", "hold:3"}};
+  static const int split[2] = {2, 4};
+  Arena ra, pa;
+  arena_init(&ra);
+  arena_init(&pa);
+  Module *ref = compile(&ra, TARGET_CPU, SHARDC_MODELS_DIR "/tiny.model", defs, 5, 1, 1, 1, "1f1b", 8, 8);
+  Module *pm = compile_stages(&pa, TARGET_CPU, SHARDC_MODELS_DIR "/tiny.model", defs, 6, 2, 1, 1, "zb", 2, 8, split);
+  Tensor tok = tb_randint(tb_shape(2, 8, 8), 101, 0, 256), tgt = tb_randint(tb_shape(2, 8, 8), 102, 0, 256);
+  if (!ref || !pm || !pm->zbw.held || pm->zbw.layers != 3) {
+    fprintf(stderr, "FAIL %s: %s\n", label, !ref || !pm ? "does not compile" : "the choice not applied");
+    failures++;
+  } else {
+    check_shape(pm, 2, 1, true, 4, label);
+    failures += tb_equiv_micro(ref, pm, &tok, &tgt, 4, label, "pp 2 layers(2, 4), zb, hold:3", TOL, true);
+  }
+  tensor_free(&tok);
+  tensor_free(&tgt);
+  arena_free(&pa);
   arena_free(&ra);
 }
 
@@ -734,6 +779,7 @@ int main(void) {
   run_model("Llama shaped, recompute selective", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", llama_rc, 9, 8, 8, 128);
   run_zb_w("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256);
   run_zb_w("Llama shaped, recompute selective", SHARDC_MODELS_DIR "/llama3-8b.model", llama_rc, 9, 8, 8, 128);
+  run_zb_w_uneven();
   /* with ZeRO 1 and 2 over dp (the plans with dp 2): the layer parameters' optimizer states and
    * gradients sharded over dp within each stage */
   const FeDefine tz1[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"zero", "1"}};

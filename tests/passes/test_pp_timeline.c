@@ -439,6 +439,45 @@ static void check_analytic_vs_compiled(void) {
   arena_free(&a);
 }
 
+/* 6. zb's W hold for some layers (`zb_w hold(N)`, passes/recompute_split.c) in the analytic model: tiny pp 2
+ * (4 layers: 2 a stage) x 8 micro-batches under full recompute. hold(1) lies between no hold and the whole
+ * hold in memory and in W's time; auto, with a capacity between hold(1)'s estimate and the whole hold's,
+ * takes hold(1) (as the driver's partial_hold, replan.c), below hold(1)'s none. */
+static void check_analytic_partial_hold(void) {
+  fprintf(stderr, "the analytic model: zb's W hold for the last layers of each stage only\n");
+  Arena a;
+  Module *base;
+  CostDevice dev;
+  PlanModel pm;
+  if (!analytic_base(&a, "analytic hold(N)", &base, &dev, &pm)) return;
+  PlanCand c = {.tp = 1, .pp = 2, .cp = 1, .dp = 1, .zero = 0, .mb = 1, .v = 1, .accum = 8, .rec = RECOMPUTE_FULL,
+                .sched = SCHED_ZB};
+  PlanEstimate e[3]; /* none, hold(1), all */
+  double cap0 = pm.capacity;
+  pm.capacity = 0;
+  for (int k = 0; k < 3; k++) {
+    base->plan.zb_w = k == 0 ? ZBW_RECOMPUTE : ZBW_HOLD;
+    base->plan.zb_w_layers = k == 1 ? 1 : 0;
+    plan_model_estimate(&pm, base, &dev, &c, &e[k]);
+  }
+  fprintf(stderr, "  memory %.0f / %.0f / %.0f B, W %.4g / %.4g / %.4g F (none, hold(1), all)\n", e[0].total, e[1].total,
+          e[2].total, e[0].zb_w, e[1].zb_w, e[2].zb_w);
+  expect(e[1].zbw_hold && e[1].zbw_layers == 1 && e[2].zbw_layers == 0, "analytic hold(1): the hold for one layer a stage");
+  expect(e[0].total < e[1].total && e[1].total < e[2].total, "analytic hold(1): memory between none and all");
+  expect(e[0].zb_w > e[1].zb_w && e[1].zb_w > e[2].zb_w, "analytic hold(1): W's time between none and all");
+  base->plan.zb_w = ZBW_AUTO, base->plan.zb_w_layers = 0;
+  PlanEstimate au;
+  pm.capacity = (e[1].total + e[2].total) / 2 * plan_ana_frag(2);
+  plan_model_estimate(&pm, base, &dev, &c, &au);
+  expect(au.zbw_hold && au.zbw_layers == 1 && au.total == e[1].total, "analytic auto: hold(1) where the whole hold does not fit");
+  pm.capacity = (e[0].total + e[1].total) / 2 * plan_ana_frag(2);
+  plan_model_estimate(&pm, base, &dev, &c, &au);
+  expect(!au.zbw_hold && au.total == e[0].total, "analytic auto: none where hold(1) does not fit");
+  pm.capacity = cap0;
+  plan_model_free(&pm);
+  arena_free(&a);
+}
+
 int main(void) {
   hand_timelines();
   spread_timelines();
@@ -447,6 +486,7 @@ int main(void) {
   zb_h1_lists();
   check_analytic_zb();
   check_analytic_vs_compiled();
+  check_analytic_partial_hold();
   if (failures) {
     fprintf(stderr, "test_pp_timeline: %d failure(s)\n", failures);
     return 1;

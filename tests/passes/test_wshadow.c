@@ -12,7 +12,7 @@
  *     P resumed after step 1 (a fresh interpreter given P's parameters and optimizer state only, its
  *     copies derived from the parameters, as the trainer does from a checkpoint);
  *   - the decision: auto takes persistent (no device memory to check against); auto with a plan the
- *     driver found too large with the copy (Plan.wcopy_fit_total > wcopy_fit_cap) takes per layer;
+ *     driver found too large with the copy (Plan.fit.wcopy.total > .cap) takes per layer;
  *     ZeRO-3 and pipeline stages keep their own casts under auto and refuse `persistent`; `weight_copy`
  *     under f32 or on the CPU target is refused.
  */
@@ -43,8 +43,8 @@ static Module *compile(Arena *a, const char *wc, const FeDefine *defs, int ndefs
   Module *m = fe_compile(a, SHARDC_MODELS_DIR "/tiny.model", &o);
   if (!m) return NULL;
   m->target = target;
-  m->plan.wcopy_fit_total = fit_total;
-  m->plan.wcopy_fit_cap = fit_cap;
+  m->plan.fit.wcopy.total = fit_total;
+  m->plan.fit.wcopy.cap = fit_cap;
   PipelineOptions po = {.verify = true};
   return pipeline_run(m, &po) && diag_errors() == 0 ? m : NULL;
 }
