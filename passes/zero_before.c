@@ -26,35 +26,29 @@ int zero_before_pending(const ZeroBefore *d, const Graph *g) { return d && d->g 
 
 void zero_before_place(ZeroBefore *d) {
   Graph *g = d->g;
-  if (!d->n) {
-    free(d->anchor), free(d->node);
-    return;
-  }
-  PtrMap head = {0}, last = {0}; /* anchor -> 1 + its first / last record */
-  int *next = malloc(sizeof *next * (size_t)d->n);
-  Node **out = malloc(sizeof *out * (size_t)g->nnodes);
-  if (!next || !out) die("zero: out of memory");
+  PtrMap last = {0}; /* anchor -> 1 + its last record */
+  int *prev = malloc(sizeof *prev * (size_t)(d->n + 1)); /* a record -> the one before it of its anchor (-1) */
+  if (!prev) die("zero: out of memory");
   for (int k = 0; k < d->n; k++) {
-    intptr_t t;
-    next[k] = -1;
-    if (ptrmap_get(&last, d->anchor[k], &t)) next[t - 1] = k;
-    else ptrmap_put(&head, d->anchor[k], k + 1);
+    intptr_t t = 0;
+    ptrmap_get(&last, d->anchor[k], &t);
+    prev[k] = (int)t - 1;
     ptrmap_put(&last, d->anchor[k], k + 1);
   }
-  int keep = g->nnodes - d->n, w = 0; /* (the recorded nodes: the last d->n, in the order recorded) */
+  int keep = g->nnodes - d->n, w = g->nnodes; /* (the recorded nodes: the last d->n, in the order recorded) */
   for (int k = 0; k < d->n; k++)
     if (g->nodes[keep + k] != d->node[k]) die("zero: node %d of %d recorded to place is not where it was made", k, d->n);
-  for (int i = 0; i < keep; i++) {
+  /* in place from the back (a node moves only to a later place: w stays past i), each anchor after its records */
+  for (int i = keep - 1; i >= 0; i--) {
+    Node *x = g->nodes[i];
     intptr_t t = 0;
-    ptrmap_get(&head, g->nodes[i], &t);
-    for (int k = (int)t - 1; k >= 0; k = next[k]) out[w++] = d->node[k];
-    out[w++] = g->nodes[i];
+    g->nodes[--w] = x;
+    ptrmap_get(&last, x, &t);
+    for (int k = (int)t - 1; k >= 0; k = prev[k]) g->nodes[--w] = d->node[k];
   }
-  if (w != g->nnodes) die("zero: %d of %d nodes placed (a recorded node's reader is not in the graph)", w, g->nnodes);
-  memcpy(g->nodes, out, sizeof(Node *) * (size_t)w);
-  ir_touch(g);
-  ptrmap_free(&head);
+  if (w != 0) die("zero: %d nodes recorded to place have no reader in the graph", w);
+  if (d->n) ir_touch(g);
   ptrmap_free(&last);
-  free(next), free(out), free(d->anchor), free(d->node);
+  free(prev), free(d->anchor), free(d->node);
   *d = (ZeroBefore){.g = g};
 }
