@@ -484,6 +484,53 @@ int64_t memplan_pack_floor(const Interval *iv, int n, Arena *caller) {
   return pk;
 }
 
+/* A group's bytes (Interval.with: its leader and members) at a position on a stage hold each of its intervals alive
+ * there: at least the largest. As intervals memplan_peak sums: per stretch between the group's starts and ends,
+ * that largest of its every-rank intervals as one every-rank interval, and each stage's excess over it (the
+ * largest of the stage's own) as one of that stage. Appends them to out at k; returns the new count. */
+static int group_floor(const Interval *iv, int lead, const int *first, const int *next, int nst, int *pos,
+                       Interval *out, int k) {
+  int np = 0;
+  for (int m = lead; m >= 0; m = m == lead ? first[lead] : next[m]) pos[np++] = iv[m].start, pos[np++] = iv[m].end + 1;
+  qsort(pos, (size_t)np, sizeof *pos, int_cmp);
+  for (int q = 0; q + 1 < np; q++) {
+    int a = pos[q], b = pos[q + 1]; /* [a, b): the same intervals alive throughout */
+    if (a == b) continue;
+    int64_t every = 0;
+    for (int m = lead; m >= 0; m = m == lead ? first[lead] : next[m])
+      if (iv[m].start <= a && iv[m].end >= b - 1 && on_stage(&iv[m], 0) && iv[m].bytes > every) every = iv[m].bytes;
+    if (every) out[k++] = (Interval){.bytes = every, .start = a, .end = b - 1};
+    for (int s = 1; s <= nst; s++) {
+      int64_t own = every;
+      for (int m = lead; m >= 0; m = m == lead ? first[lead] : next[m])
+        if (iv[m].start <= a && iv[m].end >= b - 1 && on_stage(&iv[m], s) && iv[m].bytes > own) own = iv[m].bytes;
+      if (own > every) out[k++] = (Interval){.bytes = own - every, .start = a, .end = b - 1, .stage = s};
+    }
+  }
+  return k;
+}
+
+int64_t memplan_pack_floor_groups(const Interval *iv, int n, Arena *caller) {
+  Arena local;
+  arena_init(&local);
+  Arena *a = n > PACK_LOCAL_ARENA ? &local : caller;
+  int nst = max_stage(iv, n), *next = ARENA_ARRAY(a, int, n + 1), *first = ARENA_ARRAY(a, int, n + 1);
+  for (int i = 0; i < n; i++) first[i] = -1;
+  for (int i = n - 1; i >= 0; i--)
+    if (iv[i].with) next[i] = first[iv[i].with - 1], first[iv[i].with - 1] = i;
+  int cap = n + 1; /* the lone intervals, and a group's stretches (under 2 x its size) by its stages */
+  for (int i = 0; i < n; i++)
+    if (iv[i].with) cap += 4 * (nst + 1); /* (a member's 4: a group of g has g - 1 of them) */
+  Interval *out = ARENA_ARRAY(a, Interval, cap);
+  int *pos = ARENA_ARRAY(a, int, 2 * n + 2), k = 0;
+  for (int i = 0; i < n; i++)
+    if (!iv[i].with && first[i] < 0) out[k++] = iv[i];
+    else if (!iv[i].with) k = group_floor(iv, i, first, next, nst, pos, out, k);
+  int64_t pk = memplan_pack_floor(out, k, a);
+  arena_free(&local);
+  return pk;
+}
+
 int64_t memplan_align(int64_t x) { return (x + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN; }
 
 Interval *memplan_add_interval(Intervals *p, Value *v, int64_t bytes, int start, int mclass) {

@@ -96,6 +96,12 @@ int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64
 int64_t memplan_pack_fixed(const Interval *iv, int n, const int64_t *fixed, int how, int64_t *off, Arena *a);
 /* The peak of live bytes on one rank over the intervals' lifetimes: no packing's arena is smaller. */
 int64_t memplan_pack_floor(const Interval *iv, int n, Arena *a);
+/* A lower bound on the arena of any packing with the links Interval.with gives (memplan_pack_orders, each order):
+ * the peak of live bytes on one rank, a group (a leader and its members) counting at each position the largest of
+ * its intervals alive there (its members may share their leader's bytes, rows in place: memplan_pack_floor sums
+ * them). A lone interval or a group meets no other's bytes where their lifetimes meet on a rank, and offsets are
+ * never negative. */
+int64_t memplan_pack_floor_groups(const Interval *iv, int n, Arena *a);
 
 /* The peak bytes live over positions 0..npos (per pipeline stage: every rank's values plus the
  * stage's own), its bytes by class added to by_class; per_stage (NULL, or room for nstages): each

@@ -289,6 +289,9 @@ static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, Ze
 
 static bool reads_deep(const Graph *g, const Value *p);
 
+/* During split_param: the prefetch's nodes of its graph, placed once it is done (passes/zero_before.c). */
+static ZeroBefore *before;
+
 static bool is_result_of(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nresults; i++)
     if (g->results[i] == v) return true;
@@ -324,12 +327,13 @@ static void insert_at(void **arr, int n, int at, void *x) {
  * gather (the first row again, modulo count) would be unread: it is `skiplast`, not issued there
  * (interpreter, codegen, cost, traffic report), so a loop of L layers gathers L rows. Two layers'
  * gathered parameters are live at once: the carry and the next one. pos: n's position in g. Returns
- * the nodes inserted into g before n (3), or 0 when the body does not read x. */
+ * the nodes inserted into g before n (3; 0 where recorded in `before`, placed later), or -1 when the body
+ * does not read x. */
 static int prefetch_layer(Graph *g, Node *n, int pos, int j, const Value *whole, int dl, ZeroGroup z) {
   Graph *b = n->body;
   Node *an = b->args[j];
   Value *x = an->out[0], *p = n->in[j];
-  if (!reads_deep(b, x)) return 0;
+  if (!reads_deep(b, x)) return -1;
   SrcLoc loc = n->loc;
   int nc = n->a.ncarry;
   /* the first layer's gather, before the loop */
@@ -344,11 +348,15 @@ static int prefetch_layer(Graph *g, Node *n, int pos, int j, const Value *whole,
   Value *r0 = ir_emit(g, OP_RESHAPE, 1, &row, x->dtype, x->shape, NULL, loc);
   r0->sharding = x->sharding;
   Value *w0 = zero_gather_new(g, r0, whole, dl, z, loc);
-  /* the three to pos, g's later nodes moved once, not three times (g: the step under pp, ~10^5 nodes) */
-  memmove(&g->nodes[pos + 3], &g->nodes[pos], sizeof(Node *) * (size_t)(g->nnodes - 3 - pos));
-  g->nodes[pos] = row->def, g->nodes[pos + 1] = r0->def, g->nodes[pos + 2] = w0->def;
-  ir_touch(g);
-  pos += 3;
+  int moved = 0; /* the three before n: placed later, all at once, where g is the parameter's (before) */
+  if (before && before->g == g) {
+    zero_before_add(before, n, row->def), zero_before_add(before, n, r0->def), zero_before_add(before, n, w0->def);
+  } else { /* to pos, g's later nodes moved once, not three times */
+    memmove(&g->nodes[pos + 3], &g->nodes[pos], sizeof(Node *) * (size_t)(g->nnodes - 3 - pos));
+    g->nodes[pos] = row->def, g->nodes[pos + 1] = r0->def, g->nodes[pos + 2] = w0->def;
+    ir_touch(g);
+    moved = 3;
+  }
   /* a new carry, the last one: input w0, output the last gathered layer, body argument wc */
   Arena *A = g->arena;
   Value **in = ARENA_ARRAY(A, Value *, n->nin + 1);
@@ -396,7 +404,7 @@ static int prefetch_layer(Graph *g, Node *n, int pos, int j, const Value *whole,
   b->nresults++;
   b->capresults = b->nresults;
   n->a.ncarry++;
-  return 3;
+  return moved;
 }
 
 
@@ -422,7 +430,7 @@ static bool reads_deep(const Graph *g, const Value *p) {
  * body, before the layer's first use of its slice; a body that captures p (the accumulation
  * region reads the parameters directly), the same rules inside it, so per micro-step. */
 static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, ZeroGroup z) {
-  for (int i = 0; i < g->nnodes; i++) {
+  for (int i = 0; i < g->nnodes - zero_before_pending(before, g); i++) { /* (not the nodes to place later) */
     Node *n = g->nodes[i];
     if (n == u) continue;
     int inserted = 0;
@@ -434,8 +442,8 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         Value *arg = an->out[0], old = *arg;
         bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
         zero_split_type(arg, &old, xs ? d - 1 : d, z);
-        int k = xs ? prefetch_layer(g, n, i + inserted, j, &old, d - 1, z) : 0; /* the next layer's gather in flight */
-        if (k) {
+        int k = xs ? prefetch_layer(g, n, i + inserted, j, &old, d - 1, z) : -1; /* the next layer's gather in flight */
+        if (k >= 0) {
           inserted += k;
           j++; /* (the new carry shifted p's input by one) */
           continue;
@@ -475,7 +483,11 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
 static void split_param(Graph *g, Value *p, const Node *u, int d, ZeroGroup z) {
   Value whole = *p;
   zero_split_type(p, &whole, d, z);
+  ZeroBefore b = {.g = g};
+  before = &b;
   gather_uses(g, p, &whole, u, d, z);
+  zero_before_place(&b);
+  before = NULL;
 }
 
 /* Shards one update u (adamw_update: p, g, m, v, hyper; sgd_update: p, g, m, hyper). */

@@ -110,4 +110,16 @@ bool zero_captures_reads(ZeroCaptures *c, const Graph *b, const Value *p);
  * unchanged; readers_can_gather's other question of a body that does not read p). */
 bool zero_captures_yields_outer(ZeroCaptures *c, const Graph *b);
 
+/* Nodes of graph g to go right before a reader (passes/zero_before.c), placed in one pass: recorded as they
+ * are made (each then g's last node), placed by zero_before_place (which frees the record: it must be called). */
+typedef struct {
+  Graph *g;
+  Node **anchor, **node; /* [n]: node goes right before anchor, in the order recorded */
+  int n, cap;
+} ZeroBefore;
+void zero_before_add(ZeroBefore *d, Node *anchor, Node *x);
+/* The nodes recorded for g and not placed yet (g's last ones; d NULL: 0). */
+int zero_before_pending(const ZeroBefore *d, const Graph *g);
+void zero_before_place(ZeroBefore *d);
+
 #endif

@@ -10,7 +10,8 @@
  * the blocks' plain sizes (some intervals get one), which it reports; memplan_pack_memo's offsets,
  * packed or found, memplan_pack's. A small set where largest first
  * leaves a gap must pack to its peak. Sets with rows in place (Interval.up, `links`): the links memplan_pack
- * takes hold (members at their leader's offset plus their delta), no other bytes shared.
+ * takes hold (members at their leader's offset plus their delta), no other bytes shared; memplan_pack_floor_groups
+ * (the bound that skips link choices) is under every order's arena with those links, and the peak where none.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,6 +269,19 @@ static void links(int round) {
     CHECK(size <= apart + apart / MEMPLAN_LINK_SLACK, "links round %d: arena %lld, %lld with no link", round,
           (long long)size, (long long)apart);
   taken = check_links(a, N, size, "links", round);
+  /* the bound memplan_pack's first try stops on (memplan_pack_floor_groups): the peak of the set with no link, and
+   * under every order's arena with the links it took */
+  int64_t fg = memplan_pack_floor_groups(a, N, &ar), fc = memplan_pack_floor_groups(c, N, &ar);
+  CHECK(fc == memplan_pack_floor(c, N, &ar), "links round %d: no link, the groups' floor %lld, the peak %lld", round,
+        (long long)fc, (long long)memplan_pack_floor(c, N, &ar));
+  Interval *t = calloc(N, sizeof *a);
+  for (int how = 0; how < PACK_ORDERS; how++) {
+    memcpy(t, a, N * sizeof *a);
+    int64_t got = memplan_pack_order(t, N, how, &ar);
+    CHECK(got >= fg, "links round %d, order %d: arena %lld under the groups' floor %lld", round, how, (long long)got,
+          (long long)fg);
+  }
+  free(t);
   for (int i = 0; i < N; i++) ups += a[i].up != 0;
   CHECK((!all || taken == ups) && (!none || !taken), "links round %d (SHARDC_MEMPLAN_LINKS=%s): %lld of %lld links taken",
         round, forced, (long long)taken, (long long)ups);
