@@ -254,9 +254,15 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
       s->r = &scratch; /* the second iteration is timed, not summed again */
       sim_graph(s, n->body, c);
       s->r = keep;
-      double k = (double)(count - 2);
-      c->t += k * (c->t - c1.t);
-      for (int i = 0; i < 2; i++) c->chan[i] += k * (c->chan[i] - c1.chan[i]);
+      double k = (double)(count - 2), dt = c->t - c1.t;
+      c->t += k * dt;
+      /* a channel idle at both iterations' ends (behind the compute) starts each iteration afresh: it keeps
+       * the second's lag behind the compute (extrapolating its own increment there, which holds the first
+       * iteration's different lag, ran a sync channel ahead of the compute: Llama-3-405B dp 32 tp 8+sp pp 8
+       * z2 `defer_waits off`, a phantom 215 ms backlog of the last stage's B loop on its tp channel, which
+       * its next F's first tp collective waited for); one ahead carries its backlog on */
+      for (int i = 0; i < 2; i++)
+        c->chan[i] += k * (c->chan[i] <= c->t - k * dt && c1.chan[i] <= c1.t ? dt : c->chan[i] - c1.chan[i]);
     }
     s->mult = outer;
     if (has_async(n->body)) /* stacked gradients reduced in place: waited after the loop */
