@@ -465,6 +465,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
     s.pos = pos;
   }
   *busy_max = *busy_sum = 0;
+  CostReport last = {0};
   for (int st = 0; st < nst; st++) {
     CostReport one;
     memset(&one, 0, sizeof one);
@@ -477,7 +478,9 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
       *busy_max = busy;
       *r = one; /* the busiest stage's parts */
     }
+    if (st == nst - 1) last = one;
   }
+  r->last_s[0] = last.gemm_s, r->last_s[1] = last.attn_s, r->last_s[2] = last.mem_s, r->last_s[3] = last.overhead_s;
   memplan_views_release();
   free(s.ends);
   ptrmap_free(&s.uses);

@@ -248,7 +248,8 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   PlanEstimate e;
   plan_model_estimate(pm, base, dev, &c, &e);
   double *k[4] = {&pm->k_gemm, &pm->k_attn, &pm->k_mem, &pm->k_kern};
-  double got[4] = {r.gemm_s, r.attn_s, r.mem_s, r.overhead_s}, ana[4] = {e.gemm_s, e.attn_s, e.mem_s, e.kern_s};
+  /* (the last stage's parts: the model's are its layers and the head; the busiest stage's moved with its waits) */
+  double *got = r.last_s, ana[4] = {e.gemm_s, e.attn_s, e.mem_s, e.kern_s};
   for (int i = 0; i < 4; i++)
     if (got[i] > 0 && ana[i] > 0) {
       double f = got[i] / ana[i];
