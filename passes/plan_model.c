@@ -163,6 +163,9 @@ static bool layer_order(PlanModel *pm, const Module *m, const Graph *g, double r
   return false;
 }
 
+static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
+                     bool defer, bool hold, PlanEstimate *e, double *stage_tot);
+
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   memset(pm, 0, sizeof *pm);
   pm->capacity = memplan_capacity(base, NULL, 0);
@@ -247,8 +250,16 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   cost_estimate(base, dev, &r);
   PlanEstimate e;
   plan_model_estimate(pm, base, dev, &c, &e);
+  /* the same work on both sides: the model's compute is the last stage's, its layers and the head, so the
+   * compiled last stage's parts over the model's with that stage's layers as compiled (uneven stages: not the
+   * model's own split's slowest; the busiest compiled stage's parts, compute and waits, moved with its waits) */
+  int nv = c.pp * (c.sched == SCHED_INTERLEAVED ? c.v : 1);
+  if (c.pp > 1 && mm->stage_rows[0] && nv <= RT_MAX_STAGES) {
+    int64_t n[RT_MAX_STAGES]; /* (each virtual stage the last stage's chunk at its place: lst its layers) */
+    for (int kk = 0; kk < nv; kk++) n[kk] = mm->stage_rows[(kk / c.pp) * c.pp + c.pp - 1];
+    estimate(pm, base, dev, &c, n, e.defer, e.zbw_hold, &e, NULL);
+  }
   double *k[4] = {&pm->k_gemm, &pm->k_attn, &pm->k_mem, &pm->k_kern};
-  /* (the last stage's parts: the model's are its layers and the head; the busiest stage's moved with its waits) */
   double *got = r.last_s, ana[4] = {e.gemm_s, e.attn_s, e.mem_s, e.kern_s};
   for (int i = 0; i < 4; i++)
     if (got[i] > 0 && ana[i] > 0) {
