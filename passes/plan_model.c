@@ -163,8 +163,8 @@ static bool layer_order(PlanModel *pm, const Module *m, const Graph *g, double r
   return false;
 }
 
-static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
-                     bool defer, bool hold, PlanEstimate *e, double *stage_tot);
+static void estimate_split(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
+                           PlanEstimate *e);
 
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   memset(pm, 0, sizeof *pm);
@@ -257,7 +257,7 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   if (c.pp > 1 && mm->stage_rows[0] && nv <= RT_MAX_STAGES) {
     int64_t n[RT_MAX_STAGES]; /* (each virtual stage the last stage's chunk at its place: lst its layers) */
     for (int kk = 0; kk < nv; kk++) n[kk] = mm->stage_rows[(kk / c.pp) * c.pp + c.pp - 1];
-    estimate(pm, base, dev, &c, n, e.defer, e.zbw_hold, &e, NULL);
+    estimate_split(pm, base, dev, &c, n, &e);
   }
   double *k[4] = {&pm->k_gemm, &pm->k_attn, &pm->k_mem, &pm->k_kern};
   double *got = r.last_s, ana[4] = {e.gemm_s, e.attn_s, e.mem_s, e.kern_s};
@@ -695,6 +695,12 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
 }
 
 double plan_ana_frag(int pp) { return pp > 1 ? 1.011 : 1.0025; }
+
+/* e again for the split n, with e's decisions (its deferred waits, zb's hold) */
+static void estimate_split(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
+                           PlanEstimate *e) {
+  estimate(pm, base, dev, c, n, e->defer, e->zbw_hold, e, NULL);
+}
 
 void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
                          PlanEstimate *e) {
