@@ -94,6 +94,8 @@ typedef struct {
 typedef struct {
   double gemm_s, attn_s, mem_s, overhead_s; /* kernel time per rank per step, by kind */
   double compute_s;       /* their sum (the busiest stage's under pp) */
+  double last_s[4];       /* the last stage's gemm, attn, mem, overhead seconds under pp (else the rank's): the
+                             stage the analytic model's compute figures describe (plan_model.c calibrates on them) */
   double comm_s[2];       /* collective time per step in node [0] and across nodes [1] */
   double comm_async_s;    /* the part of comm_s run asynchronously */
   double exposed_comm_s;  /* communication not hidden behind compute (critical path - compute) */

@@ -164,6 +164,9 @@ static bool layer_order(PlanModel *pm, const Module *m, const Graph *g, double r
   return false;
 }
 
+static void estimate_split(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
+                           PlanEstimate *e);
+
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   memset(pm, 0, sizeof *pm);
   pm->capacity = memplan_capacity(base, NULL, 0);
@@ -248,8 +251,17 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   cost_estimate(base, dev, &r);
   PlanEstimate e;
   plan_model_estimate(pm, base, dev, &c, &e);
+  /* the same work on both sides: the model's compute is the last stage's, its layers and the head, so the
+   * compiled last stage's parts over the model's with that stage's layers as compiled (uneven stages: not the
+   * model's own split's slowest; the busiest compiled stage's parts, compute and waits, moved with its waits) */
+  int nv = c.pp * (c.sched == SCHED_INTERLEAVED ? c.v : 1);
+  if (c.pp > 1 && mm->stage_rows[0] && nv <= RT_MAX_STAGES) {
+    int64_t n[RT_MAX_STAGES]; /* (each virtual stage the last stage's chunk at its place: lst its layers) */
+    for (int kk = 0; kk < nv; kk++) n[kk] = mm->stage_rows[(kk / c.pp) * c.pp + c.pp - 1];
+    estimate_split(pm, base, dev, &c, n, &e);
+  }
   double *k[4] = {&pm->k_gemm, &pm->k_attn, &pm->k_mem, &pm->k_kern};
-  double got[4] = {r.gemm_s, r.attn_s, r.mem_s, r.overhead_s}, ana[4] = {e.gemm_s, e.attn_s, e.mem_s, e.kern_s};
+  double *got = r.last_s, ana[4] = {e.gemm_s, e.attn_s, e.mem_s, e.kern_s};
   for (int i = 0; i < 4; i++)
     if (got[i] > 0 && ana[i] > 0) {
       double f = got[i] / ana[i];
@@ -693,6 +705,12 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
 }
 
 double plan_ana_frag(int pp) { return pp > 1 ? 1.011 : 1.0025; }
+
+/* e again for the split n, with e's decisions (its deferred waits, zb's hold) */
+static void estimate_split(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
+                           PlanEstimate *e) {
+  estimate(pm, base, dev, c, n, e->defer, e->zbw_hold, e, NULL);
+}
 
 void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
                          PlanEstimate *e) {
