@@ -83,24 +83,23 @@ static bool own_is(const Own *own, const Plan *p) {
          same_choice(c->fit.zbw, p->fit.zbw) && c->fit.zbw_layers == p->fit.zbw_layers;
 }
 
-/* replan_inputs; with own (replan_plan): where the last first compile is m's own (own_is), that compile, its arena
- * moved to keep, its figures m's and its whys made from them; else NULL. */
+/* replan_inputs; with own (replan_plan): the check compiles into keep (empty), and where the last first compile is
+ * m's own (own_is), that compile, kept there, its figures m's and its whys made from them; else NULL (keep freed). */
 static Module *inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m, Own *own, Arena *keep) {
   m->plan.sched_times = zb_times(r, a, kv, n, m, NULL);
-  Arena check;
-  arena_init(&check);
-  Module *m0 = stage_memory(r, a, &check, kv, n, m, own);
-  auto_memory_from(r, a, &check, kv, n, m, m0, own);
+  Arena local, *check = own ? keep : &local; /* (own: the modules' arena is keep from the start: Module.arena) */
+  arena_init(check);
+  Module *m0 = stage_memory(r, a, check, kv, n, m, own);
+  auto_memory_from(r, a, check, kv, n, m, m0, own);
   if (own && own_is(own, &m->plan)) {
     Module *mo = own->m;
     mo->plan.fit = m->plan.fit;
     if (mo->wcopy.why_fit) mo->wcopy.why = wshadow_auto_why(mo);
     if (mo->defer.why_fit) mo->defer.why = zero_defer_auto_why(mo);
     if (mo->zbw.why_fit) mo->zbw.why = recompute_zbw_auto_why(mo);
-    *keep = check;
     return mo;
   }
-  arena_free(&check);
+  arena_free(check);
   return NULL;
 }
 

@@ -44,7 +44,7 @@ void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m)
  * the auto choices unmeasured, where the figures decided leave each as it was taken there), its figures set, the
  * memory report's whys made from them and its passes' diagnostics written again (the front end's are m's own):
  * the plan compiled once where nothing changed (Llama-3-405B pp 16 x cp 2: 2 compiles -> 1). Not with po's dumps,
- * pass times or hook. Returns the module compiled (m, or the check's, its arena moved to keep: the caller's to free),
+ * pass times or hook. Returns the module compiled (m, or the check's, in keep, an empty arena: the caller's to free),
  * NULL where the passes reported errors. */
 Module *replan_plan(Replan *r, Arena *a, Module *m, const PipelineOptions *po, Arena *keep);
 /* `weight_copy auto` (passes/wshadow.c), `defer_waits auto` (passes/zero_defer.c) and `zb_w auto`
