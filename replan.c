@@ -62,7 +62,8 @@ static void auto_memory_from(Replan *r, Arena *a, Arena *check, const char *cons
  * m->plan: a check compile is as large as the plan's own (Llama-3-405B pp 16 x cp 2: 1.6 GB each). Where
  * stage_memory decides no figures, its compile is auto_memory's first (the same inputs: the same module).
  * zb's list times are measured with the auto choices all taken (zb_w auto: W holding), and again where
- * auto_memory drops the hold (W recomputes: longer). */
+ * auto_memory drops the hold (W recomputes: longer). For the plan's own compile (replan_plan), the check compiles
+ * go to the driver's arena instead, and the last first compile is kept as the plan's where its inputs are (own_is). */
 static Module *inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m, Own *own, Arena *keep);
 
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
