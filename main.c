@@ -231,8 +231,9 @@ static int compile(int argc, char **argv, Diag *diag) {
   int ndefines = 0;
   PipelineOptions po = {.dump = stdout, .verify = true};
   int world = 0; /* --world: ranks to plan for (0: the topology's) */
-  Arena arena;
+  Arena arena, kept; /* kept: the plan's module where it is a check compile's (replan_plan) */
   arena_init(&arena);
+  arena_init(&kept);
   Home home; /* installed: <prefix>/share/shardc/models (--help names it), not the build tree's */
   find_home(&home);
 
@@ -488,9 +489,12 @@ static int compile(int argc, char **argv, Diag *diag) {
   }
   if (search) po.dump = NULL; /* the file's own plan is the search's base: not printed */
   Replan rp = {&arena, input, &fo, target, no_fuse};
-  if (!search) replan_inputs(&rp, &arena, NULL, 0, m);
-  else replan_auto_memory(&rp, &arena, NULL, 0, m); /* the base's bf16 copies and deferred waits as its build keeps them */
-  if (!pipeline_run(m, &po)) return 1;
+  if (!search) m = replan_plan(&rp, &arena, m, &po, &kept);
+  else { /* the base's bf16 copies and deferred waits as its build keeps them */
+    replan_auto_memory(&rp, &arena, NULL, 0, m);
+    if (!pipeline_run(m, &po)) m = NULL;
+  }
+  if (!m) return 1;
   if (!search) replan_fuse_noop_notes(&rp, &arena, m);
   CostDevice dev;
   if (storage_Bps > 0) cost = true; /* the storage report needs the predicted step */
@@ -541,8 +545,8 @@ static int compile(int argc, char **argv, Diag *diag) {
     if (!m || diag_errors()) return 1;
     m->target = target;
   m->no_fuse = no_fuse;
-    replan_inputs(&rp, &arena, NULL, 0, m);
-    if (!pipeline_run(m, &po)) return 1;
+    m = replan_plan(&rp, &arena, m, &po, &kept);
+    if (!m) return 1;
     if (dump && strcmp(dump, "final") == 0) { /* plan --pick: the table, the choice and its prediction */
       dump = NULL;
       cost = true;
@@ -614,6 +618,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     fprintf(stderr, "shardc: wrote %s: sbatch %s [TRAINER FLAGS...]\n", sbatch, sbatch);
   }
   arena_free(&arena);
+  arena_free(&kept);
   return 0;
 }
 

@@ -15,7 +15,8 @@
 #include "print.h"
 #include "zero.h"
 
-static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m);
+typedef struct Own Own;
+static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m, Own *own);
 
 /* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
  * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.fit, the memory
@@ -27,7 +28,21 @@ typedef struct {
   double stage_cap;
   PlanFit fit;
   bool as_is;
+  Own *own; /* a first compile kept as the candidate for the plan's own (first_compile) */
 } PlanInputs;
+
+/* The plan's own compile where a check compile of replan_inputs had its inputs (replan_plan): the last first
+ * compile (stage_memory's, or auto_memory's own), its inputs, and its passes' diagnostics (buf from `from`,
+ * the front end's before it: printed by the plan's own front end). */
+struct Own {
+  const PipelineOptions *po; /* the plan's: its verifier setting */
+  Module *m;
+  PlanInputs in;
+  char *buf;
+  size_t len;
+  long from;
+  int nwarnings; /* the passes' */
+};
 
 /* Whether auto_memory's figures drop zb's W hold, or keep it for some layers only (passes/recompute.c: W
  * recomputes, for all or some layers, its times longer). */
@@ -35,24 +50,68 @@ static bool zbw_dropped(const PlanInputs *io) {
   return io->fit.zbw.lost || fit_figure_over((double)io->fit.zbw.total, io->fit.zbw.cap) || io->fit.zbw_layers > 0;
 }
 
-static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io);
+static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io,
+                        Own *own);
 static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, const PlanInputs *zbw);
 static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag, const PlanInputs *in);
 
-static void auto_memory_from(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m, Module *first);
+static void auto_memory_from(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m, Module *first,
+                             Own *own);
 
 /* The check compiles (stage_memory's, auto_memory's) in an arena of their own, freed once their figures are in
  * m->plan: a check compile is as large as the plan's own (Llama-3-405B pp 16 x cp 2: 1.6 GB each). Where
  * stage_memory decides no figures, its compile is auto_memory's first (the same inputs: the same module).
  * zb's list times are measured with the auto choices all taken (zb_w auto: W holding), and again where
- * auto_memory drops the hold (W recomputes: longer). */
+ * auto_memory drops the hold (W recomputes: longer). For the plan's own compile (replan_plan), the check compiles
+ * go to the driver's arena instead, and the last first compile is kept as the plan's where its inputs are (own_is). */
+static Module *inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m, Own *own, Arena *keep);
+
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+  inputs(r, a, kv, n, m, NULL, NULL);
+}
+
+/* Whether a compile with figure c decides the choice as one with figure p (taken or dropped; the memory
+ * report's why aside, made from the figures: *_auto_why). */
+static bool same_choice(FitFigure c, FitFigure p) {
+  return c.lost == p.lost && fit_figure_over((double)c.total, c.cap) == fit_figure_over((double)p.total, p.cap);
+}
+
+/* Whether own's compile is the plan p's: the same inputs, the memory figures deciding the same. */
+static bool own_is(const Own *own, const Plan *p) {
+  const PlanInputs *c = &own->in;
+  return own->m && c->sched_times == p->sched_times && c->stage_fixed == p->stage_fixed && c->stage_cap == p->stage_cap &&
+         same_choice(c->fit.wcopy, p->fit.wcopy) && same_choice(c->fit.defer, p->fit.defer) &&
+         same_choice(c->fit.zbw, p->fit.zbw) && c->fit.zbw_layers == p->fit.zbw_layers;
+}
+
+/* replan_inputs; with own (replan_plan): the check compiles into keep (empty), and where the last first compile is
+ * m's own (own_is), that compile, kept there, its figures m's and its whys made from them; else NULL (keep freed). */
+static Module *inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m, Own *own, Arena *keep) {
   m->plan.sched_times = zb_times(r, a, kv, n, m, NULL);
-  Arena check;
-  arena_init(&check);
-  Module *m0 = stage_memory(r, a, &check, kv, n, m);
-  auto_memory_from(r, a, &check, kv, n, m, m0);
-  arena_free(&check);
+  Arena local, *check = own ? keep : &local; /* (own: the modules' arena is keep from the start: Module.arena) */
+  arena_init(check);
+  Module *m0 = stage_memory(r, a, check, kv, n, m, own);
+  auto_memory_from(r, a, check, kv, n, m, m0, own);
+  if (own && own_is(own, &m->plan)) {
+    Module *mo = own->m;
+    mo->plan.fit = m->plan.fit;
+    if (mo->wcopy.why_fit) mo->wcopy.why = wshadow_auto_why(mo);
+    if (mo->defer.why_fit) mo->defer.why = zero_defer_auto_why(mo);
+    if (mo->zbw.why_fit) mo->zbw.why = recompute_zbw_auto_why(mo);
+    return mo;
+  }
+  arena_free(check);
+  return NULL;
+}
+
+Module *replan_plan(Replan *r, Arena *a, Module *m, const PipelineOptions *po, Arena *keep) {
+  Own own = {.po = po};
+  bool may = !po->dump_after && !po->time && !po->after_pass; /* (those show the passes as they run) */
+  Module *mo = inputs(r, a, NULL, 0, m, may ? &own : NULL, keep);
+  if (mo) diag_replay(own.buf + own.from, own.len - (size_t)own.from, own.nwarnings);
+  free(own.buf);
+  if (mo) return mo;
+  return pipeline_run(m, po) ? m : NULL;
 }
 
 /* Compiles the source again with n extra overrides into arena a, its diagnostics written to
@@ -79,7 +138,13 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
   Diag *outer = diag_enter(&quiet);
   Module *m = fe_compile(a, r->input, &o);
   bool ok = m && diag_errors() == 0;
+  Own *own = in ? in->own : NULL;
+  int warned = diag_warnings();
   diag_leave(outer);
+  if (own) { /* the passes' diagnostics from here (the front end's: the plan's own front end prints them) */
+    fflush(diag);
+    own->from = ftell(diag);
+  }
   if (ok) {
     m->target = r->target;
     m->no_fuse = r->no_fuse;
@@ -92,12 +157,13 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       m->plan.sched_times = zb_times(r, a, kv, n, m, NULL);
       Arena check;
       arena_init(&check);
-      stage_memory(r, a, &check, kv, n, m);
+      stage_memory(r, a, &check, kv, n, m, NULL);
       arena_free(&check);
     }
     diag_enter(&quiet);
-    PipelineOptions po = {.dump = diag, .verify = false};
+    PipelineOptions po = {.dump = diag, .verify = own && own->po->verify}; /* (own: as the plan's compile) */
     ok = pipeline_run(m, &po) && diag_errors() == 0;
+    if (own) own->nwarnings = diag_warnings() - warned;
     diag_leave(outer);
   }
   fflush(diag);
@@ -111,7 +177,7 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       !fit_plan_fits(m, &total, &cap) && cap > 0) {
     PlanInputs again = {.sched_times = m->plan.sched_times, .stage_fixed = m->plan.stage_fixed,
                         .stage_cap = m->plan.stage_cap};
-    auto_memory(r, a, kv, n, m, m, &again);
+    auto_memory(r, a, kv, n, m, m, &again, NULL);
     if (again.sched_times && zbw_dropped(&again)) again.sched_times = zb_times(r, a, kv, n, m, &again);
     return compile_as(r, a, kv, n, diag, &again);
   }
@@ -141,6 +207,25 @@ static double step_of(Replan *r, const Module *m) {
   CostReport rep;
   cost_estimate(m, &dev, &rep);
   return rep.step_s;
+}
+
+/* A first compile (stage_memory's, auto_memory's: m's inputs as they are, in), quiet, into arena a; with own
+ * (replan_plan, no overrides), kept there as the candidate for the plan's own compile, its diagnostics with it. */
+static Module *first_compile(Replan *r, Arena *a, const char *const *kv, int n, const PlanInputs *in, Own *own) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = own && !n ? open_memstream(&buf, &len) : fopen("/dev/null", "w");
+  if (!f) return NULL;
+  PlanInputs at = *in;
+  at.own = own && !n ? own : NULL;
+  Module *m0 = compile_as(r, a, kv, n, f, &at);
+  fclose(f);
+  if (at.own) {
+    free(own->buf);
+    own->buf = buf, own->len = len, own->m = m0, own->in = *in;
+    own->in.own = NULL;
+  }
+  return m0;
 }
 
 /* auto_memory's compiled variants: [0] all taken; keep, the choices taken (AUTO_MEM_* bits). */
@@ -238,7 +323,8 @@ static int64_t partial_hold(MemVariants *s, unsigned kept, int64_t layers, doubl
  * compiled plan with it that fits, marked lost (io->fit.kept: what was kept instead), else that of the
  * smallest compiled plan with it (over the device). Nothing where none is open, without a device memory,
  * or when a compile fails (the caller's own compile reports why). */
-static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io) {
+static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const Module *m, Module *first, PlanInputs *io,
+                        Own *own) {
   const Plan *p = &m->plan;
   bool open[3] = {p->weight_copy == WCOPY_AUTO && wshadow_may_persist(m),
                   p->defer_waits == DEFER_AUTO && p->zero >= 2 &&
@@ -251,7 +337,7 @@ static void auto_memory(Replan *r, Arena *a, const char *const *kv, int n, const
                       .as_is = true};
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;
-  Module *m0 = first ? first : compile_as(r, a, kv, n, null, &as_is); /* auto without the figures: all taken */
+  Module *m0 = first ? first : first_compile(r, a, kv, n, &as_is, own); /* auto without the figures: all taken */
   unsigned full = 0;
   if (m0 && m0->memplan)
     full = (open[0] && m0->wcopy.persistent ? AUTO_MEM_COPIES : 0) | (open[1] && m0->defer.taken ? AUTO_MEM_DEFER : 0) |
@@ -402,15 +488,12 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
  * compile. Nothing without `layers(balanced)`, a device memory, or when that compile fails (the caller's
  * own reports why). Returns that compile where it decided no figures (m's inputs are then the ones it was
  * compiled with, the auto choices unmeasured: auto_memory's first compile), else NULL. */
-static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m) {
+static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m, Own *own) {
   if (!m->plan.stage_balanced || m->plan.stage_fixed || !m->mesh || m->mesh->dim[RT_AX_PP] < 2 ||
       m->plan.schedule == SCHED_INTERLEAVED) /* (its balance is by virtual stage: no calibration) */
     return NULL;
-  FILE *null = fopen("/dev/null", "w");
-  if (!null) return NULL;
   PlanInputs in = {.sched_times = m->plan.sched_times};
-  Module *m0 = compile_as(r, check, kv, n, null, &in);
-  fclose(null);
+  Module *m0 = first_compile(r, check, kv, n, &in, own);
   double cap = m0 ? memplan_capacity(m0, NULL, 0) : 0;
   const int64_t *fixed = m0 ? pipe_balance_calibrate(m0, cap, a) : NULL;
   if (fixed) {
@@ -424,11 +507,12 @@ static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const
 /* replan_auto_memory, its compiles into arena `check` (the caller's to free), zb's times again into a where it
  * drops the hold; first (NULL: none): a compile with m's inputs as they are (stage_memory's), taken for
  * auto_memory's first. */
-static void auto_memory_from(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m, Module *first) {
+static void auto_memory_from(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m, Module *first,
+                             Own *own) {
   Plan *p = &m->plan;
   if (p->fit.wcopy.total || p->fit.defer.total || p->fit.zbw.total || memplan_capacity(m, NULL, 0) <= 0) return;
   PlanInputs io = {.sched_times = p->sched_times, .stage_fixed = p->stage_fixed, .stage_cap = p->stage_cap};
-  auto_memory(r, check, kv, n, m, first, &io);
+  auto_memory(r, check, kv, n, m, first, &io, own);
   p->fit = io.fit;
   if (p->sched_times && zbw_dropped(&io)) p->sched_times = zb_times(r, a, kv, n, m, &io); /* W recomputes */
 }
@@ -436,7 +520,7 @@ static void auto_memory_from(Replan *r, Arena *a, Arena *check, const char *cons
 void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   Arena check;
   arena_init(&check);
-  auto_memory_from(r, a, &check, kv, n, m, NULL);
+  auto_memory_from(r, a, &check, kv, n, m, NULL, NULL);
   arena_free(&check);
 }
 

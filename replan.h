@@ -14,6 +14,7 @@
 #include "cost.h"
 #include "frontend.h"
 #include "module.h"
+#include "pipeline.h"
 #include "plan_compare.h"
 #include "plan_search.h"
 
@@ -38,6 +39,14 @@ Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *
  * go to an arena of their own, freed before it returns (the figures stay in a); the split's is
  * replan_auto_memory's first where it sets no figures (the same inputs). */
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
+/* The plan's own compile: replan_inputs (no overrides), then m's passes (pipeline_run with po), or in their place
+ * the check compile replan_inputs made with the same inputs (stage_memory's, or auto_memory's first: the plan with
+ * the auto choices unmeasured, where the figures decided leave each as it was taken there), its figures set, the
+ * memory report's whys made from them and its passes' diagnostics written again (the front end's are m's own):
+ * the plan compiled once where nothing changed (Llama-3-405B pp 16 x cp 2: 2 compiles -> 1). Not with po's dumps,
+ * pass times or hook. Returns the module compiled (m, or the check's, in keep, an empty arena: the caller's to free),
+ * NULL where the passes reported errors. */
+Module *replan_plan(Replan *r, Arena *a, Module *m, const PipelineOptions *po, Arena *keep);
 /* `weight_copy auto` (passes/wshadow.c), `defer_waits auto` (passes/zero_defer.c) and `zb_w auto`
  * (passes/recompute.c), part of replan_inputs: chosen together against the device's memory (replan.c,
  * auto_memory): the plan with all compiled quietly and kept where it fits; else each dropped alone, the

@@ -12,6 +12,13 @@ static _Thread_local Diag fallback;
 static Diag *cur(void) { return entered ? entered : &fallback; }
 static FILE *stream(void) { return cur()->out ? cur()->out : stderr; }
 
+void diag_replay(const char *text, size_t len, int nwarnings) {
+  fwrite(text, 1, len, stream());
+  cur()->nwarnings += nwarnings;
+}
+
+int diag_warnings(void) { return cur()->nwarnings; }
+
 void diag_init(Diag *d, FILE *out, int max_errors) {
   memset(d, 0, sizeof *d);
   d->out = out;

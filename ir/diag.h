@@ -63,6 +63,10 @@ void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A plain error with no source location (command line, files). */
 void error_plain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int diag_errors(void);
+/* Diagnostics printed to another Diag (a quiet compile's, kept as text: replan.c reuses that compile as the
+ * plan's own), written again to the current one: text, and the warnings it counted (it counted no errors). */
+void diag_replay(const char *text, size_t len, int nwarnings);
+int diag_warnings(void);
 
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -257,6 +257,7 @@ typedef struct {
     bool persistent;
     int64_t bytes;
     const char *why;
+    bool why_fit; /* why is wshadow_auto_why's, from Plan.fit (made again where the driver's figures change) */
     /* passes/zero_master.c: the f32 master bytes per rank ZeRO-1/2 saved by storing them split and
      * gathering the bf16 copies instead (0: none) */
     int64_t master_saved;
@@ -268,6 +269,7 @@ typedef struct {
     bool taken;
     int64_t bytes;
     const char *why;
+    bool why_fit; /* why is zero_defer_auto_why's, from Plan.fit (as wcopy's) */
   } defer;
   /* passes/recompute.c under schedule zb: what a W loop takes from its B's recompute (from_b), held from B
    * to W: the values a layer and their bytes for one micro-batch (the largest W's); 0: none held */
@@ -278,6 +280,7 @@ typedef struct {
     int layers;      /* held for the last `layers` layers of each stage's loop only (hold(N)); 0: all */
     int stage_layers; /* the most layers a stage's W loop runs (before hold(N)'s cut): what N may be up to */
     const char *why; /* the decision, for the memory report (NULL: no zb W loop under recompute) */
+    bool why_fit;    /* why is recompute_zbw_auto_why's, from Plan.fit (as wcopy's) */
   } zbw;
   const char *cost_profile; /* `--profile FILE`: the device figures the passes' cost model reads (NULL: the
                                topology's, passes/cost.c's cost_device_defaults) */

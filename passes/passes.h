@@ -15,6 +15,9 @@ bool pass_wshadow(Module *m);   /* bf16 compute: the weights' bf16 copies kept, 
 /* Whether the plan may hold the weights' persistent bf16 copies at all (bf16 on the CUDA target, no
  * pipeline stages, not ZeRO-3 over dp): where `weight_copy auto` has a choice to make. */
 bool wshadow_may_persist(const Module *m);
+/* `weight_copy auto`'s why from Plan.fit (Module.wcopy.why where why_fit): made again by the driver where it
+ * reuses a compile with new figures that decide the same (replan.c). */
+const char *wshadow_auto_why(Module *m);
 bool pass_accum(Module *m);     /* gradient accumulation: the micro-step in a `repeat accum` region summing the gradients */
 bool pass_peel(Module *m);      /* accumulation with dp: the last micro-step after the region, its backward overlapping the reduction */
 bool pass_sums(Module *m);      /* accumulation: each micro-step's layer gradients added to the sums inside the backward loop */
@@ -31,6 +34,8 @@ bool pass_wcast(Module *m);     /* bf16 compute: a stacked weight's bf16 copy ma
 bool pass_stage(Module *m);     /* pipeline stages: the layers split over pp (plan pp) */
 bool pass_pipe(Module *m);      /* the pipeline schedule (GPipe, 1F1B) unrolled into per-stage instructions with send/recv */
 bool pass_grad_buckets(Module *m); /* data-parallel gradient all-reduces: into the backward loop, bucketed */
+/* `zb_w auto`'s why from Plan.fit (Module.zbw.why where why_fit), as wshadow_auto_why. */
+const char *recompute_zbw_auto_why(Module *m);
 bool pass_recompute(Module *m); /* plan recompute full|selective: backward loops recompute their block's activations */
 bool pass_zero(Module *m);      /* ZeRO (plan `zero N`): optimizer state, gradients, parameters sharded over dp */
 bool pass_zero_defer(Module *m);    /* ZeRO-2/3: a backward loop's scatters' readers moved after the loop (passes/zero_defer.c) */

@@ -587,6 +587,29 @@ static int recompute_graph(RecomputeKind kind, bool cuda, Graph *g, Module *m, c
   return nw;
 }
 
+/* `zb_w auto`'s why, from the driver's figures (Plan.fit.zbw, zbw_layers, zbw_whole) and the hold's cut
+ * (m->zbw.layers): the pass's, and the driver's again where it reuses a compile with new figures (replan.c). */
+const char *recompute_zbw_auto_why(Module *m) {
+  const Plan *p = &m->plan;
+  double mib = 1 << 20;
+  if (m->zbw.layers > 0) /* auto's partial hold (replan.c, partial_hold) */
+    return arena_printf(m->arena, "the plan with the whole hold needs %.1f MiB per rank, over the device's %.1f MiB; "
+                              "with the hold for the last %d layers, the most that fit: %.1f MiB",
+                              (double)p->fit.zbw_whole / mib, p->fit.zbw.cap / mib, m->zbw.layers, (double)p->fit.zbw.total / mib);
+  else if (fit_figure_over((double)p->fit.zbw.total, p->fit.zbw.cap))
+    return arena_printf(m->arena, "the plan with the hold needs %.1f MiB per rank, over the device's %.1f MiB",
+                              (double)p->fit.zbw.total / mib, p->fit.zbw.cap / mib);
+  else if (p->fit.zbw.lost)
+    return arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with the hold, of the device's %.1f MiB; "
+                              "not with %s too, which %s the cost model has faster", (double)p->fit.zbw.total / mib,
+                              p->fit.zbw.cap / mib, fit_auto_kept(m, p->fit.kept),
+                              p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
+  else if (p->fit.zbw.total > 0)
+    return arena_printf(m->arena, "it fits: %.1f MiB per rank planned with the hold, of the device's %.1f MiB",
+                              (double)p->fit.zbw.total / mib, p->fit.zbw.cap / mib);
+  return "auto (no device memory to check it against)";
+}
+
 bool pass_recompute(Module *m) {
   /* none: the column slices only (and fused_unary's, on the CUDA target) */
   const Plan *p = &m->plan;
@@ -619,26 +642,10 @@ bool pass_recompute(Module *m) {
     memset(&m->zbw, 0, sizeof m->zbw);
     return true;
   }
-  double mib = 1 << 20;
   if (p->zb_w == ZBW_HOLD && p->zb_w_layers > 0)
     m->zbw.why = arena_printf(m->arena, "zb_w hold(%d) (the plan)%s", p->zb_w_layers,
                               m->zbw.layers ? "" : ": no stage has more layers, all held");
   else if (p->zb_w != ZBW_AUTO) m->zbw.why = p->zb_w == ZBW_HOLD ? "zb_w hold (the plan)" : "zb_w recompute (the plan)";
-  else if (m->zbw.layers > 0) /* auto's partial hold (replan.c, partial_hold) */
-    m->zbw.why = arena_printf(m->arena, "the plan with the whole hold needs %.1f MiB per rank, over the device's %.1f MiB; "
-                              "with the hold for the last %d layers, the most that fit: %.1f MiB",
-                              (double)p->fit.zbw_whole / mib, p->fit.zbw.cap / mib, m->zbw.layers, (double)p->fit.zbw.total / mib);
-  else if (unfit)
-    m->zbw.why = arena_printf(m->arena, "the plan with the hold needs %.1f MiB per rank, over the device's %.1f MiB",
-                              (double)p->fit.zbw.total / mib, p->fit.zbw.cap / mib);
-  else if (p->fit.zbw.lost)
-    m->zbw.why = arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with the hold, of the device's %.1f MiB; "
-                              "not with %s too, which %s the cost model has faster", (double)p->fit.zbw.total / mib,
-                              p->fit.zbw.cap / mib, fit_auto_kept(m, p->fit.kept),
-                              p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
-  else if (p->fit.zbw.total > 0)
-    m->zbw.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with the hold, of the device's %.1f MiB",
-                              (double)p->fit.zbw.total / mib, p->fit.zbw.cap / mib);
-  else m->zbw.why = "auto (no device memory to check it against)";
+  else m->zbw.why = recompute_zbw_auto_why(m), m->zbw.why_fit = true;
   return true;
 }

@@ -107,6 +107,25 @@ bool wshadow_may_persist(const Module *m) {
 
 static double mib(double b) { return b / (1 << 20); }
 
+/* `weight_copy auto`'s why, from the driver's figures (Plan.fit.wcopy) and the copy's bytes (m->wcopy.bytes): the
+ * pass's, and the driver's again where it reuses a compile with new figures (replan.c). */
+const char *wshadow_auto_why(Module *m) {
+  const Plan *p = &m->plan;
+  if (fit_figure_over((double)p->fit.wcopy.total, p->fit.wcopy.cap))
+    return arena_printf(m->arena, "the plan with the persistent copy (%.1f MiB) needs %.1f MiB per rank, over "
+                                "the device's %.1f MiB", mib((double)m->wcopy.bytes), mib((double)p->fit.wcopy.total),
+                                mib(p->fit.wcopy.cap));
+  else if (p->fit.wcopy.lost)
+    return arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with it, of the device's %.1f MiB; "
+                                "not with %s too, which %s the cost model has faster", mib((double)p->fit.wcopy.total),
+                                mib(p->fit.wcopy.cap), fit_auto_kept(m, p->fit.kept),
+                                p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
+  else if (p->fit.wcopy.total > 0)
+    return arena_printf(m->arena, "it fits: %.1f MiB per rank planned with it, of the device's %.1f MiB",
+                                mib((double)p->fit.wcopy.total), mib(p->fit.wcopy.cap));
+  return "auto (no device memory to check it against)";
+}
+
 bool pass_wshadow(Module *m) {
   memset(&m->wcopy, 0, sizeof m->wcopy);
   WeightCopy want = m->plan.weight_copy;
@@ -136,19 +155,7 @@ bool pass_wshadow(Module *m) {
   bool unfit = fit_figure_over((double)p->fit.wcopy.total, p->fit.wcopy.cap);
   if (want == WCOPY_PER_LAYER) m->wcopy.why = "weight_copy per_layer (the plan)";
   else if (want == WCOPY_PERSISTENT) m->wcopy.why = "weight_copy persistent (the plan)";
-  else if (unfit)
-    m->wcopy.why = arena_printf(m->arena, "the plan with the persistent copy (%.1f MiB) needs %.1f MiB per rank, over "
-                                "the device's %.1f MiB", mib((double)bytes), mib((double)p->fit.wcopy.total),
-                                mib(p->fit.wcopy.cap));
-  else if (p->fit.wcopy.lost)
-    m->wcopy.why = arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with it, of the device's %.1f MiB; "
-                                "not with %s too, which %s the cost model has faster", mib((double)p->fit.wcopy.total),
-                                mib(p->fit.wcopy.cap), fit_auto_kept(m, p->fit.kept),
-                                p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
-  else if (p->fit.wcopy.total > 0)
-    m->wcopy.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with it, of the device's %.1f MiB",
-                                mib((double)p->fit.wcopy.total), mib(p->fit.wcopy.cap));
-  else m->wcopy.why = "auto (no device memory to check it against)";
+  else m->wcopy.why = wshadow_auto_why(m), m->wcopy.why_fit = true;
   if (want == WCOPY_PER_LAYER || (want == WCOPY_AUTO && (unfit || p->fit.wcopy.lost)))
     return true; /* passes/wcast.c's casts */
   m->wcopy.persistent = true;

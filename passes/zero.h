@@ -44,6 +44,8 @@ bool zero_defer_taken(int want, double total, double cap, bool lost);
 /* Module m's plan with both: whether its backward loops' scatter waits are deferred (the pass's and the
  * memory plan's question, passes/memplan.c: from the plan alone, so that a pass run on IR read back agrees). */
 bool zero_defers_plan(const Module *m);
+/* `defer_waits auto`'s why from Plan.fit (Module.defer.why where why_fit), as wshadow_auto_why. */
+const char *zero_defer_auto_why(Module *m);
 
 /* to: from's type with dim d split over the group (z.deg ways: over dp, then over z.inner). */
 void zero_split_type(Value *to, const Value *from, int d, ZeroGroup z);

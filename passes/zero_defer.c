@@ -257,6 +257,24 @@ bool zero_defers_plan(const Module *m) {
          zero_defer_taken(p->defer_waits, (double)p->fit.defer.total, p->fit.defer.cap, p->fit.defer.lost);
 }
 
+/* `defer_waits auto`'s why, from the driver's figures (Plan.fit.defer): the pass's, and the driver's again where it
+ * reuses a compile with new figures (replan.c). */
+const char *zero_defer_auto_why(Module *m) {
+  const Plan *p = &m->plan;
+  if (fit_figure_over((double)p->fit.defer.total, p->fit.defer.cap))
+    return arena_printf(m->arena, "the plan with them needs %.1f MiB per rank, over the device's %.1f MiB",
+                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap));
+  else if (p->fit.defer.lost)
+    return arena_printf(m->arena, "they fit alone: %.1f MiB per rank planned with them, of the device's "
+                                "%.1f MiB; not with %s too, which %s the cost model has faster",
+                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap), fit_auto_kept(m, p->fit.kept),
+                                p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
+  else if (p->fit.defer.total > 0)
+    return arena_printf(m->arena, "it fits: %.1f MiB per rank planned with them, of the device's %.1f MiB",
+                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap));
+  return "auto (no device memory to check it against)";
+}
+
 bool pass_zero_defer(Module *m) {
   memset(&m->defer, 0, sizeof m->defer);
   const Plan *p = &m->plan;
@@ -278,21 +296,9 @@ bool pass_zero_defer(Module *m) {
     if (may) m->defer.why = "its backward layer loops run one layer each (no next iteration to wait in)";
     return true;
   }
-  bool unfit = fit_figure_over((double)p->fit.defer.total, p->fit.defer.cap);
   m->defer.taken = zero_defers_plan(m);
   if (want != DEFER_AUTO) m->defer.why = want == DEFER_ON ? "defer_waits on (the plan)" : "defer_waits off (the plan)";
-  else if (unfit)
-    m->defer.why = arena_printf(m->arena, "the plan with them needs %.1f MiB per rank, over the device's %.1f MiB",
-                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap));
-  else if (p->fit.defer.lost)
-    m->defer.why = arena_printf(m->arena, "they fit alone: %.1f MiB per rank planned with them, of the device's "
-                                "%.1f MiB; not with %s too, which %s the cost model has faster",
-                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap), fit_auto_kept(m, p->fit.kept),
-                                p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
-  else if (p->fit.defer.total > 0)
-    m->defer.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with them, of the device's %.1f MiB",
-                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap));
-  else m->defer.why = "auto (no device memory to check it against)";
+  else m->defer.why = zero_defer_auto_why(m), m->defer.why_fit = true;
   if (m->defer.taken) defer_graph(m->graph, &m->defer.bytes);
   return true;
 }

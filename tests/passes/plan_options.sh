@@ -209,5 +209,22 @@ expect 1 "<command line>:9:11: error: \`zb_w hold:N\`: N is the layers of each s
 sed 's/^  dp auto$/  dp auto\n  zb_w hold(1.5)/' models/tiny.model >"$tmp/zh.model"
 expect 1 "$tmp/zh.model:24:13: error: \`zb_w hold(N)\`: N is the layers of each stage held (its last N), a whole number of at least 1" \
   "   24 |   zb_w hold(1.5)" "      |             ^" -- plan "$tmp/zh.model" --world 2
+# The plan's own compile where the driver's check compiled it already (replan.c, replan_plan: the auto choices
+# all taken, their whys made again from the figures, the passes' diagnostics written again): the same printout
+# as a fresh compile of it (--time-passes shows the passes as they run: compiled again, not reused), stdout and
+# stderr but the pass times; and the same printout where the figures change a choice (z6m2: a choice lost).
+for args in "plan models/tiny.model --world 2 -D zero=2" "plan models/gpt2-124m.model --target cuda -D zero=1" \
+  "plan models/gpt2-124m.model -D pp=2 -D schedule=interleaved -D zero=3" "${zd[*]} --topology $tmp/z6m2.topo" "${zd[*]}"; do
+  # shellcheck disable=SC2086
+  o1=$("$shardc" $args 2>"$tmp/e1"); r1=$?
+  # shellcheck disable=SC2086
+  o2=$("$shardc" $args --time-passes 2>"$tmp/e2"); r2=$?
+  grep -v '^shardc: pass \|^shardc: ir_verify' "$tmp/e2" >"$tmp/e2f"
+  if [ "$o1" != "$o2" ] || [ $r1 != $r2 ] || ! cmp -s "$tmp/e1" "$tmp/e2f" || ! grep -q "it fits\|fit alone" <<<"$o1"; then
+    echo "FAIL: shardc $args: the reused check compile's printout differs from a fresh compile's (or says no fit)"
+    diff <(echo "$o1") <(echo "$o2") | head -5; diff "$tmp/e1" "$tmp/e2f" | head -5
+    status=1
+  fi
+done
 [ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy, defer_waits and zb_w decided (together) and refused"
 exit $status
