@@ -347,20 +347,24 @@ bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e,
 
 bool plan_model_balance_fit(PlanModel *pm, const PlanCand *c, const PlanEstimate *e, const double *tot, double frag,
                             double cap, int64_t *n) {
-  int pp = c->pp;
-  if (c->sched == SCHED_INTERLEAVED || !(cap > 0) || !balance_ok(pm, c, e)) return false; /* (no calibration) */
+  int pp = c->pp, v = c->sched == SCHED_INTERLEAVED ? c->v : 1, nv = pp * v; /* (interleaved: tot per stage) */
+  if (!(cap > 0) || !balance_ok(pm, c, e)) return false;
   int top = 0;
   for (int s = 1; s < pp; s++) top = tot[s] > tot[top] ? s : top;
   if (!(tot[top] > 0) || (tot[top] * frag <= cap && top != 0)) return false;
   double fig[SPLIT_FIG];
   int infv[RT_MAX_STAGES];
   balance_figures(pm, c, e, fig, infv);
-  PipeBalance b = balance_of(pm, fig, pp, 1, infv);
+  PipeBalance b = balance_of(pm, fig, nv, v, infv);
   double unit = (double)(1 << 20) / e->bal_act; /* (bytes to the balance's) */
-  int64_t fixed[RT_MAX_STAGES], f[RT_MAX_STAGES], most = 0;
-  for (int s = 0; s < pp; s++) most = n[s] > most ? n[s] : most;
-  for (int s = 0; s < pp; s++) fixed[s] = (int64_t)(tot[s] * frag * unit) - pipe_balance_stage_bytes(&b, s, n[s], most);
+  int64_t fixed[RT_MAX_STAGES], f[RT_MAX_STAGES];
+  for (int s = 0; s < pp; s++) fixed[s] = (int64_t)(tot[s] * frag * unit) - pipe_balance_rank_bytes(&b, n, s);
   b.fixed = fixed, b.cap = cap * unit;
+  if (v > 1) { /* (the chunks' search, passes/pipe_balance.c's split_fitting_chunks) */
+    if (!pipe_balance_split(&b, f) || !pipe_balance_fits(&b, f) || !memcmp(f, n, (size_t)nv * sizeof *n)) return false;
+    memcpy(n, f, (size_t)nv * sizeof *n);
+    return true;
+  }
   /* (none fits where even at the least padding, ceil(layers / pp), the most layers each stage holds within
    * the capacity do not cover the layers: more padding only lowers them; most candidates far over it end
    * here, pipe_balance_split's search not run) */
