@@ -207,8 +207,9 @@ bool pipe_balance_split(const PipeBalance *b, int64_t *n);
  * NULL); where its plan does not fit cap (the allocation, scaled from each stage's peak as the memory
  * plan's total is from its peak) or its first stage is the largest, each stage's planned bytes less
  * what the balance's model counts of them (activations in flight, layer stacks padded to the most
- * layers): Plan.stage_fixed for a compile with stage_cap = cap. NULL: nothing to weigh (not
- * `layers(balanced)`, no capacity, the plan fits and a later stage is the largest). */
+ * layers; interleaved: a stage's chunks together, pipe_balance_rank_bytes): Plan.stage_fixed for a compile
+ * with stage_cap = cap. NULL: nothing to weigh (not `layers(balanced)`, no capacity, the plan fits and a
+ * later stage is the largest; interleaved: the plan fits). */
 const int64_t *pipe_balance_calibrate(const Module *m0, double cap, Arena *a);
 /* The slowest stage's seconds and the largest stage memory that depends on the split (activations in
  * flight, the layer stacks padded to the largest count) with n[s] layers on (virtual) stage s. */

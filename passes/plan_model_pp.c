@@ -351,7 +351,7 @@ bool plan_model_balance_fit(PlanModel *pm, const PlanCand *c, const PlanEstimate
   if (!(cap > 0) || !balance_ok(pm, c, e)) return false;
   int top = 0;
   for (int s = 1; s < pp; s++) top = tot[s] > tot[top] ? s : top;
-  if (!(tot[top] > 0) || (tot[top] * frag <= cap && top != 0)) return false;
+  if (!(tot[top] > 0) || (tot[top] * frag <= cap && (top != 0 || v > 1))) return false; /* (as pipe_balance_calibrate) */
   double fig[SPLIT_FIG];
   int infv[RT_MAX_STAGES];
   balance_figures(pm, c, e, fig, infv);
