@@ -382,6 +382,22 @@ bool plan_model_balance_fit(PlanModel *pm, const PlanCand *c, const PlanEstimate
   return true;
 }
 
+double pp_stage_loads_v(const PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h, double head,
+                        const double *ends, double pe, double *x) {
+  double top = 0;
+  for (int st = 0; st < pp; st++) x[st] = 0;
+  for (int i = 0; i < pr->n; i++) {
+    const PpLoad *l = &pr->load[i];
+    double lay = 0; /* the stage's layers over its chunks (a, s: a layer's over the chunks) */
+    if (l->stage < 0 || l->stage >= pp) continue;
+    for (int k = l->stage; k < nv; k += pp) lay += (double)n[k];
+    double y = l->a * a * lay + l->b * s * lay + l->h * h + l->last * head + (l->first * ends[0] + l->last * ends[1]) * pe;
+    x[l->stage] = y > x[l->stage] ? y : x[l->stage];
+    top = y > top ? y : top;
+  }
+  return top;
+}
+
 /* Frees the balanced splits made so far (plan_model_free). */
 void pp_splits_free(PlanModel *pm) {
   if (pm->splits)
