@@ -148,12 +148,17 @@ static void layers_off(const PipeBalance *b, int64_t *n, int64_t total) {
   free(x);
 }
 
-/* With the device's memory: the most layers each stage runs within T whose every stage fits cap with
- * its layer stacks padded to `most` (0 on a stage: none fits); their sum. */
-static int64_t fit_within(const PipeBalance *b, double T, int64_t most, int64_t *u) {
+/* Each (virtual) stage's most_within T into mw[pp]. */
+static void most_all(const PipeBalance *b, double T, int64_t *mw) {
+  for (int s = 0; s < b->pp; s++) mw[s] = s > 1 && s < b->pp - 1 ? mw[1] : most_within(b, s, T);
+}
+
+/* With the device's memory: the most layers each stage runs within T (mw: most_all's) whose every stage
+ * fits cap with its layer stacks padded to `most` (0 on a stage: none fits); their sum. */
+static int64_t fit_within(const PipeBalance *b, const int64_t *mw, int64_t most, int64_t *u) {
   int64_t sum = 0;
   for (int s = 0; s < b->pp; s++) {
-    int64_t k = most_within(b, s, T);
+    int64_t k = mw[s];
     if (k > most) k = most;
     while (k >= 1 && (double)(b->fixed[s] + pipe_balance_stage_bytes(b, s, k, most)) > b->cap) k--;
     u[s] = k;
@@ -171,7 +176,7 @@ static bool split_fitting(const PipeBalance *b, int64_t *n) {
   int64_t L = b->layers, lo = (L + pp - 1) / pp;
   double best = -1;
   int64_t bmost = 0;
-  int64_t *u = calloc((size_t)pp, sizeof *u);
+  int64_t *u = calloc(2 * (size_t)pp, sizeof *u), *mw = u + pp;
   if (!u) die("out of memory");
   for (int st = 0; st < pp; st++)
     for (int64_t k = 1; k <= L - pp + 1; k++) {
@@ -180,14 +185,16 @@ static bool split_fitting(const PipeBalance *b, int64_t *n) {
       /* (a middle stage's T that stage 1's at k already was: tried, with the same outcome — fit_within
        * depends on T and most alone; Llama-3-405B's search, pp 16: 14 of 16 stages) */
       if (st > 1 && st < pp - 1 && T == pipe_balance_stage_s(b, 1, k)) continue;
+      most_all(b, T, mw);
       for (int64_t most = lo; most <= L - pp + 1; most++)
-        if (fit_within(b, T, most, u) >= L) {
+        if (fit_within(b, mw, most, u) >= L) {
           best = T, bmost = most;
           break;
         }
     }
   if (best >= 0) {
-    int64_t total = fit_within(b, best, bmost, n);
+    most_all(b, best, mw);
+    int64_t total = fit_within(b, mw, bmost, n);
     layers_off(b, n, total);
   }
   free(u);
@@ -198,14 +205,14 @@ static bool split_fitting(const PipeBalance *b, int64_t *n) {
  * at most m[c] (its stacks padded to m[c]), each stage's chunks fewer (one off its largest chunk at a
  * time) until the stage fits cap; their sum (0: some virtual stage holds none, or a stage does not fit
  * with one layer a chunk). */
-static int64_t fit_within_chunks(const PipeBalance *b, double T, const int64_t *m, int64_t *u) {
+static int64_t fit_within_chunks(const PipeBalance *b, const int64_t *mw, const int64_t *m, int64_t *u) {
   int v = b->chunks, pp = b->pp / v;
   int64_t sum = 0;
   for (int s = 0; s < pp; s++) {
     int64_t x = b->fixed[s];
     for (int c = 0; c < v; c++) {
       int k = c * pp + s;
-      u[k] = most_within(b, k, T);
+      u[k] = mw[k];
       if (u[k] > m[c]) u[k] = m[c];
       if (!u[k]) return 0;
       x += pipe_balance_stage_bytes(b, k, u[k], m[c]);
@@ -224,39 +231,57 @@ static int64_t fit_within_chunks(const PipeBalance *b, double T, const int64_t *
   return sum;
 }
 
+/* Interleaved: whether some padding fits at T (the chunks' rows m[c] summing to P, the least P first, the
+ * earlier chunks one more, else the later ones; the rows into m). */
+static bool fits_at(const PipeBalance *b, double T, int64_t *m, int64_t *u, int64_t *mw) {
+  int v = b->chunks, nv = b->pp;
+  int64_t L = b->layers, hi = L - nv + 1;
+  most_all(b, T, mw);
+  for (int64_t P = (L + nv / v - 1) / (nv / v); P <= v * hi; P++)
+    for (int late = 0; late < 2; late++) {
+      if (late && P % v == 0) break;
+      for (int c = 0; c < v; c++) m[c] = P / v + (late ? c >= v - P % v : c < P % v);
+      if (fit_within_chunks(b, mw, m, u) >= L) return true;
+    }
+  return false;
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, c = *(const double *)y;
+  return (a > c) - (a < c);
+}
+
 /* Interleaved, the fastest split whose every stage fits b->cap by the calibrated model: the least
- * bottleneck T (the slowest virtual stage, as split_by_time's), and at it the least padding, the chunks'
- * rows m[c] summing to P (the earlier chunks one more, else the later ones), for
+ * bottleneck T (the slowest virtual stage, as split_by_time's), and at it the least padding (fits_at), for
  * which the virtual stages' most layers within T, each stage fitting, cover the layers; then layers off
- * as layers_off. False when no split fits. */
+ * as layers_off. False when no split fits. (Whether a padding fits only grows with T: the least T is
+ * searched by halves over the candidates, every virtual stage's time at every count; Llama-3-405B's
+ * search, pp 16 x 2 chunks: a scan of them all took minutes.) */
 static bool split_fitting_chunks(const PipeBalance *b, int64_t *n) {
   int v = b->chunks, nv = b->pp;
   int64_t L = b->layers, hi = L - nv + 1;
-  double best = -1;
-  int64_t *u = calloc((size_t)(nv + 2 * v), sizeof *u), *m = u + nv, *bm = m + v;
-  if (!u) die("out of memory");
-  /* (the virtual stages between the first and the last have the same times: one of them stands for all) */
-  for (int k = 0; k < nv; k++) {
-    if (k > 1 && k < nv - 1) continue;
-    for (int64_t q = 1; q <= hi; q++) {
-      double T = pipe_balance_stage_s(b, k, q);
-      if (best >= 0 && T >= best) continue;
-      bool found = false;
-      for (int64_t P = (L + nv / v - 1) / (nv / v); P <= v * hi && !found; P++)
-        for (int late = 0; late < 2 && !found; late++) { /* the earlier chunks one more, or the later */
-          if (late && P % v == 0) break;
-          for (int c = 0; c < v; c++) m[c] = P / v + (late ? c >= v - P % v : c < P % v);
-          if (fit_within_chunks(b, T, m, u) >= L) {
-            found = true;
-            best = T;
-            memcpy(bm, m, (size_t)v * sizeof *m);
-          }
-        }
+  int64_t *u = calloc((size_t)(2 * nv + v), sizeof *u), *m = u + nv, *mw = m + v;
+  double *T = malloc((size_t)(3 * hi) * sizeof *T);
+  if (!u || !T) die("out of memory");
+  int nt = 0; /* (the virtual stages between the first and the last have the same times: one stands for all) */
+  for (int k = 0; k < nv; k++)
+    if (k <= 1 || k == nv - 1)
+      for (int64_t q = 1; q <= hi; q++) T[nt++] = pipe_balance_stage_s(b, k, q);
+  qsort(T, (size_t)nt, sizeof *T, cmp_double);
+  bool ok = nt > 0 && fits_at(b, T[nt - 1], m, u, mw);
+  if (ok) {
+    int lo = 0, top = nt - 1; /* T[top] fits */
+    while (lo < top) {
+      int mid = lo + (top - lo) / 2;
+      if (fits_at(b, T[mid], m, u, mw)) top = mid;
+      else lo = mid + 1;
     }
+    fits_at(b, T[top], m, u, mw);
+    layers_off(b, n, fit_within_chunks(b, mw, m, n));
   }
-  if (best >= 0) layers_off(b, n, fit_within_chunks(b, best, bm, n));
   free(u);
-  return best >= 0;
+  free(T);
+  return ok;
 }
 
 /* The two steps of the header: the least bottleneck in time, then layers off by memory. */
