@@ -14,6 +14,8 @@
  *   2. memory: from those most counts, one layer at a time is taken off the stage where that leaves
  *      the lowest peak of the stages' memory (activations in flight, the layer stacks padded to the
  *      largest count; ties: off the slower stage), down to the layers.
+ * Against the device's memory (Plan.stage_fixed, per stage): the fastest split whose every stage fits
+ * (split_fitting; interleaved, a stage's chunks together, split_fitting_chunks).
  * `pp N layers(balanced)` applies it (passes/stage.c); otherwise the plan prints it where it beats
  * the plan's split (passes/pipe_report.c). */
 #include <math.h>
