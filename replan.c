@@ -489,9 +489,7 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
  * own reports why). Returns that compile where it decided no figures (m's inputs are then the ones it was
  * compiled with, the auto choices unmeasured: auto_memory's first compile), else NULL. */
 static Module *stage_memory(Replan *r, Arena *a, Arena *check, const char *const *kv, int n, Module *m, Own *own) {
-  if (!m->plan.stage_balanced || m->plan.stage_fixed || !m->mesh || m->mesh->dim[RT_AX_PP] < 2 ||
-      m->plan.schedule == SCHED_INTERLEAVED) /* (its balance is by virtual stage: no calibration) */
-    return NULL;
+  if (!m->plan.stage_balanced || m->plan.stage_fixed || !m->mesh || m->mesh->dim[RT_AX_PP] < 2) return NULL;
   PlanInputs in = {.sched_times = m->plan.sched_times};
   Module *m0 = first_compile(r, check, kv, n, &in, own);
   double cap = m0 ? memplan_capacity(m0, NULL, 0) : 0;

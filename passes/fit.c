@@ -7,6 +7,7 @@
 #include "cost.h"
 #include "diag.h"
 #include "memplan.h"
+#include "pipe_sched.h"
 #include "plan_options.h"
 
 enum { KNOB_KV = 6, KV_LEN = 48 };
@@ -253,6 +254,13 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx) {
   else
     error_plain("the plan does not fit: %s per rank, over the %s of %s", tot, capname, dv);
   note("the largest class is %s: %s (shardc plan prints every class)", memplan_class_labels[lc], big);
+  const PipeBalance *pb = m->plan.stage_balanced ? m->pipe_balance : NULL;
+  if (pb && pb->fixed && pb->split) /* `layers(balanced)` against the device's memory (passes/pipe_balance.c) */
+    note(pb->fits ? "`layers(balanced)`: the split it took fits every stage by the time-balanced split's memory plan, "
+                    "not as compiled (shardc plan prints both)"
+                  : "`layers(balanced)`: no split of the layers over the %sstages fits every stage by the time-balanced "
+                    "split's memory plan: the split by time kept (shardc plan prints it)",
+         pb->chunks > 1 ? "virtual " : "");
   if (nnotes) note("knobs that bring it down, each planned again with that change:");
   for (int i = 0; i < nnotes; i++) note("  %s", notes[i]);
   if (!nnotes) note("no knob the compiler applies today brings this plan's memory down");

@@ -14,6 +14,8 @@
  *   2. memory: from those most counts, one layer at a time is taken off the stage where that leaves
  *      the lowest peak of the stages' memory (activations in flight, the layer stacks padded to the
  *      largest count; ties: off the slower stage), down to the layers.
+ * Against the device's memory (Plan.stage_fixed, per stage): the fastest split whose every stage fits
+ * (split_fitting; interleaved, a stage's chunks together, split_fitting_chunks).
  * `pp N layers(balanced)` applies it (passes/stage.c); otherwise the plan prints it where it beats
  * the plan's split (passes/pipe_report.c). */
 #include <math.h>
@@ -49,21 +51,26 @@ static int64_t most_within(const PipeBalance *b, int st, double T) {
   return k;
 }
 
+int64_t pipe_balance_rank_bytes(const PipeBalance *b, const int64_t *n, int s) {
+  int v = b->chunks > 1 ? b->chunks : 1, pp = b->pp / v;
+  int64_t x = b->fixed ? b->fixed[s] : 0;
+  for (int c = 0; c < v; c++) {
+    int64_t m = 0; /* chunk c's rows (without chunks: the largest stage's count) */
+    for (int o = 0; o < pp; o++) m = n[c * pp + o] > m ? n[c * pp + o] : m;
+    x += pipe_balance_stage_bytes(b, c * pp + s, n[c * pp + s], m);
+  }
+  return x;
+}
+
 /* The peak over the stages of their memory with n[s] layers on stage s (with b->fixed: each stage's
  * planned bytes by the calibrated model). Interleaved (b->chunks > 1, the n per virtual stage): each
  * stage's chunks summed, the activations each holds in flight and the layer stacks of chunk c padded to
- * the largest count of the chunks c (the stage pass's layout). */
+ * the largest count of the chunks c (the stage pass's layout), pipe_balance_rank_bytes. */
 static int64_t peak_bytes(const PipeBalance *b, const int64_t *n) {
   int64_t most = 0, peak = 0;
   if (b->chunks > 1) {
-    int pp = b->pp / b->chunks;
-    for (int s = 0; s < pp; s++) {
-      int64_t x = 0;
-      for (int c = 0; c < b->chunks; c++) {
-        int64_t m = 0; /* chunk c's rows */
-        for (int o = 0; o < pp; o++) m = n[c * pp + o] > m ? n[c * pp + o] : m;
-        x += pipe_balance_stage_bytes(b, c * pp + s, n[c * pp + s], m);
-      }
+    for (int s = 0; s < b->pp / b->chunks; s++) {
+      int64_t x = pipe_balance_rank_bytes(b, n, s);
       peak = x > peak ? x : peak;
     }
     return peak;
@@ -143,12 +150,17 @@ static void layers_off(const PipeBalance *b, int64_t *n, int64_t total) {
   free(x);
 }
 
-/* With the device's memory: the most layers each stage runs within T whose every stage fits cap with
- * its layer stacks padded to `most` (0 on a stage: none fits); their sum. */
-static int64_t fit_within(const PipeBalance *b, double T, int64_t most, int64_t *u) {
+/* Each (virtual) stage's most_within T into mw[pp]. */
+static void most_all(const PipeBalance *b, double T, int64_t *mw) {
+  for (int s = 0; s < b->pp; s++) mw[s] = s > 1 && s < b->pp - 1 ? mw[1] : most_within(b, s, T);
+}
+
+/* With the device's memory: the most layers each stage runs within T (mw: most_all's) whose every stage
+ * fits cap with its layer stacks padded to `most` (0 on a stage: none fits); their sum. */
+static int64_t fit_within(const PipeBalance *b, const int64_t *mw, int64_t most, int64_t *u) {
   int64_t sum = 0;
   for (int s = 0; s < b->pp; s++) {
-    int64_t k = most_within(b, s, T);
+    int64_t k = mw[s];
     if (k > most) k = most;
     while (k >= 1 && (double)(b->fixed[s] + pipe_balance_stage_bytes(b, s, k, most)) > b->cap) k--;
     u[s] = k;
@@ -166,7 +178,7 @@ static bool split_fitting(const PipeBalance *b, int64_t *n) {
   int64_t L = b->layers, lo = (L + pp - 1) / pp;
   double best = -1;
   int64_t bmost = 0;
-  int64_t *u = calloc((size_t)pp, sizeof *u);
+  int64_t *u = calloc(2 * (size_t)pp, sizeof *u), *mw = u + pp;
   if (!u) die("out of memory");
   for (int st = 0; st < pp; st++)
     for (int64_t k = 1; k <= L - pp + 1; k++) {
@@ -175,18 +187,103 @@ static bool split_fitting(const PipeBalance *b, int64_t *n) {
       /* (a middle stage's T that stage 1's at k already was: tried, with the same outcome — fit_within
        * depends on T and most alone; Llama-3-405B's search, pp 16: 14 of 16 stages) */
       if (st > 1 && st < pp - 1 && T == pipe_balance_stage_s(b, 1, k)) continue;
+      most_all(b, T, mw);
       for (int64_t most = lo; most <= L - pp + 1; most++)
-        if (fit_within(b, T, most, u) >= L) {
+        if (fit_within(b, mw, most, u) >= L) {
           best = T, bmost = most;
           break;
         }
     }
   if (best >= 0) {
-    int64_t total = fit_within(b, best, bmost, n);
+    most_all(b, best, mw);
+    int64_t total = fit_within(b, mw, bmost, n);
     layers_off(b, n, total);
   }
   free(u);
   return best >= 0;
+}
+
+/* Interleaved, with the device's memory: the most layers each virtual stage runs within T, chunk c's
+ * at most m[c] (its stacks padded to m[c]), each stage's chunks fewer (one off its largest chunk at a
+ * time) until the stage fits cap; their sum (0: some virtual stage holds none, or a stage does not fit
+ * with one layer a chunk). */
+static int64_t fit_within_chunks(const PipeBalance *b, const int64_t *mw, const int64_t *m, int64_t *u) {
+  int v = b->chunks, pp = b->pp / v;
+  int64_t sum = 0;
+  for (int s = 0; s < pp; s++) {
+    int64_t x = b->fixed[s];
+    for (int c = 0; c < v; c++) {
+      int k = c * pp + s;
+      u[k] = mw[k];
+      if (u[k] > m[c]) u[k] = m[c];
+      if (!u[k]) return 0;
+      x += pipe_balance_stage_bytes(b, k, u[k], m[c]);
+    }
+    while ((double)x > b->cap) { /* (a layer off any chunk saves the same: the stage's activations in flight) */
+      int w = -1;
+      for (int c = 0; c < v; c++)
+        if (u[c * pp + s] > 1 && (w < 0 || u[c * pp + s] > u[w * pp + s])) w = c;
+      if (w < 0) return 0;
+      int k = w * pp + s;
+      x -= pipe_balance_stage_bytes(b, k, u[k], m[w]) - pipe_balance_stage_bytes(b, k, u[k] - 1, m[w]);
+      u[k]--;
+    }
+    for (int c = 0; c < v; c++) sum += u[c * pp + s];
+  }
+  return sum;
+}
+
+/* Interleaved: whether some padding fits at T (the chunks' rows m[c] summing to P, the least P first, the
+ * earlier chunks one more, else the later ones; the rows into m). */
+static bool fits_at(const PipeBalance *b, double T, int64_t *m, int64_t *u, int64_t *mw) {
+  int v = b->chunks, nv = b->pp;
+  int64_t L = b->layers, hi = L - nv + 1;
+  most_all(b, T, mw);
+  for (int64_t P = (L + nv / v - 1) / (nv / v); P <= v * hi; P++)
+    for (int late = 0; late < 2; late++) {
+      if (late && P % v == 0) break;
+      for (int c = 0; c < v; c++) m[c] = P / v + (late ? c >= v - P % v : c < P % v);
+      if (fit_within_chunks(b, mw, m, u) >= L) return true;
+    }
+  return false;
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, c = *(const double *)y;
+  return (a > c) - (a < c);
+}
+
+/* Interleaved, the fastest split whose every stage fits b->cap by the calibrated model: the least
+ * bottleneck T (the slowest virtual stage, as split_by_time's), and at it the least padding (fits_at), for
+ * which the virtual stages' most layers within T, each stage fitting, cover the layers; then layers off
+ * as layers_off. False when no split fits. (Whether a padding fits only grows with T: the least T is
+ * searched by halves over the candidates, every virtual stage's time at every count; Llama-3-405B's
+ * search, pp 16 x 2 chunks: a scan of them all took minutes.) */
+static bool split_fitting_chunks(const PipeBalance *b, int64_t *n) {
+  int v = b->chunks, nv = b->pp;
+  int64_t L = b->layers, hi = L - nv + 1;
+  int64_t *u = calloc((size_t)(2 * nv + v), sizeof *u), *m = u + nv, *mw = m + v;
+  double *T = malloc((size_t)(3 * hi) * sizeof *T);
+  if (!u || !T) die("out of memory");
+  int nt = 0; /* (the virtual stages between the first and the last have the same times: one stands for all) */
+  for (int k = 0; k < nv; k++)
+    if (k <= 1 || k == nv - 1)
+      for (int64_t q = 1; q <= hi; q++) T[nt++] = pipe_balance_stage_s(b, k, q);
+  qsort(T, (size_t)nt, sizeof *T, cmp_double);
+  bool ok = nt > 0 && fits_at(b, T[nt - 1], m, u, mw);
+  if (ok) {
+    int lo = 0, top = nt - 1; /* T[top] fits */
+    while (lo < top) {
+      int mid = lo + (top - lo) / 2;
+      if (fits_at(b, T[mid], m, u, mw)) top = mid;
+      else lo = mid + 1;
+    }
+    fits_at(b, T[top], m, u, mw);
+    layers_off(b, n, fit_within_chunks(b, mw, m, n));
+  }
+  free(u);
+  free(T);
+  return ok;
 }
 
 /* The two steps of the header: the least bottleneck in time, then layers off by memory. */
@@ -227,7 +324,7 @@ bool pipe_balance_split(const PipeBalance *b, int64_t *n) {
   if (b->fixed && b->cap > 0) {
     int64_t *f = malloc((size_t)b->pp * sizeof *f);
     if (!f) die("out of memory");
-    if (split_fitting(b, f)) memcpy(n, f, (size_t)b->pp * sizeof *n);
+    if (b->chunks > 1 ? split_fitting_chunks(b, f) : split_fitting(b, f)) memcpy(n, f, (size_t)b->pp * sizeof *n);
     free(f);
   }
   return true;
@@ -260,6 +357,7 @@ bool pipe_balance_better(const PipeBalance *b, const int64_t *cur) {
 
 bool pipe_balance_fits(const PipeBalance *b, const int64_t *n) {
   if (!b->fixed || !(b->cap > 0)) return true;
+  if (b->chunks > 1) return (double)peak_bytes(b, n) <= b->cap;
   int64_t most = 0;
   for (int s = 0; s < b->pp; s++) most = n[s] > most ? n[s] : most;
   for (int s = 0; s < b->pp; s++)
@@ -361,7 +459,7 @@ PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp, int
   b->by_time = ARENA_ARRAY(m->arena, int64_t, nv);
   if (!split_by_time(b, b->by_time)) b->split = b->by_time = NULL;
   if (b->split) {
-    b->fixed = v == 1 ? m->plan.stage_fixed : NULL; /* (the calibration is per stage: not with interleaving) */
+    b->fixed = m->plan.stage_fixed; /* (per stage: interleaved, a stage's chunks together) */
     b->cap = m->plan.stage_cap;
     pipe_balance_split(b, b->split);
     b->fits = pipe_balance_fits(b, b->split);
@@ -373,17 +471,19 @@ PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp, int
 const int64_t *pipe_balance_calibrate(const Module *m0, double cap, Arena *a) {
   const PipeBalance *b = m0->pipe_balance;
   const MemPlan *mp = m0->memplan;
-  int pp = b ? b->pp : 0;
+  int pp = b ? b->pp / (b->chunks > 1 ? b->chunks : 1) : 0; /* (the stages: interleaved, each its chunks) */
   if (!m0->plan.stage_balanced || !b || !b->split || !mp || !mp->stage_peak || mp->nstages != pp || mp->peak <= 0 ||
       !(cap > 0))
     return NULL;
   double scale = (double)mp->total / (double)mp->peak; /* the allocation over its peak: what the fit check weighs */
   int top = 0;
   for (int s = 1; s < pp; s++) top = mp->stage_peak[s] > mp->stage_peak[top] ? s : top;
-  if ((double)mp->stage_peak[top] * scale <= cap && top != 0) return NULL;
-  int64_t most = 0, *fixed = ARENA_ARRAY(a, int64_t, pp);
-  for (int s = 0; s < pp; s++) most = b->split[s] > most ? b->split[s] : most;
-  for (int s = 0; s < pp; s++)
-    fixed[s] = (int64_t)((double)mp->stage_peak[s] * scale) - pipe_balance_stage_bytes(b, s, b->split[s], most);
+  /* (interleaved: only where it does not fit — the first stage is the largest by the lists' warm-up, and
+   * moving layers off it at the same slowest virtual stage made Llama-3-8B's bubble worse, 7.5 -> 8.0 %) */
+  if ((double)mp->stage_peak[top] * scale <= cap && (top != 0 || b->chunks > 1)) return NULL;
+  int64_t *fixed = ARENA_ARRAY(a, int64_t, pp);
+  PipeBalance own = *b;
+  own.fixed = NULL; /* (the model's own bytes: m0 is compiled without figures) */
+  for (int s = 0; s < pp; s++) fixed[s] = (int64_t)((double)mp->stage_peak[s] * scale) - pipe_balance_rank_bytes(&own, b->split, s);
   return fixed;
 }

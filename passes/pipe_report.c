@@ -40,12 +40,12 @@ static double bubble_of(const PipePlan *p, const PipeBalance *b, const int64_t *
   return bubble;
 }
 
-/* Stage bytes of split n by the calibrated model (b->fixed): the largest and its stage. */
+/* Stage bytes of split n by the calibrated model (b->fixed; interleaved: a stage's chunks together): the
+ * largest and its stage. */
 static int64_t fixed_peak(const PipeBalance *b, const int64_t *n, int *at) {
-  int64_t most = 0, peak = -1;
-  for (int st = 0; st < b->pp; st++) most = n[st] > most ? n[st] : most;
-  for (int st = 0; st < b->pp; st++) {
-    int64_t x = b->fixed[st] + pipe_balance_stage_bytes(b, st, n[st], most);
+  int64_t peak = -1;
+  for (int st = 0; st < b->pp / (b->chunks > 1 ? b->chunks : 1); st++) {
+    int64_t x = pipe_balance_rank_bytes(b, n, st);
     if (x > peak) peak = x, *at = st;
   }
   return peak;
@@ -64,21 +64,27 @@ static void print_memory_choice(FILE *f, const PipePlan *p, const PipeBalance *b
   int at0 = 0, at1 = 0;
   int64_t p0 = fixed_peak(b, b->by_time, &at0), p1 = fixed_peak(b, b->split, &at1);
   double slow0 = 0, slow1 = 0;
-  for (int st = 0; st < p->pp; st++) {
+  bool chunks = b->chunks > 1; /* (interleaved: the split per virtual stage, a stage's memory its chunks') */
+  for (int st = 0; st < b->pp; st++) {
     slow0 = fmax(slow0, pipe_balance_stage_s(b, st, b->by_time[st]));
     slow1 = fmax(slow1, pipe_balance_stage_s(b, st, b->split[st]));
   }
   fprintf(f, "#   layers(balanced) against the device's memory (%.2f MiB): by time alone ", mib((int64_t)b->cap));
-  print_split(f, b->by_time, p->pp);
+  print_split(f, b->by_time, b->pp);
   fprintf(f, ", whose memory plan needs %.2f MiB on stage %d (%s); ", mib(p0), at0,
           (double)p0 > b->cap ? "over the device's" : "the first stage the largest");
   bool same = true;
-  for (int st = 0; st < p->pp; st++) same &= b->split[st] == b->by_time[st];
+  for (int st = 0; st < b->pp; st++) same &= b->split[st] == b->by_time[st];
   if (!b->fits) {
     fprintf(f, "no split fits every stage by that plan's figures: the split by time kept\n");
   } else if (same) {
     fprintf(f, "it is the fastest split whose every stage fits (by that plan's figures: at most %.2f MiB, stage %d)\n",
             mib(p1), at1);
+  } else if (chunks) {
+    print_split(f, b->split, b->pp);
+    fprintf(f, " is the fastest split whose every stage (its %d chunks together) fits by that plan's figures (at most "
+               "%.2f MiB, stage %d): the slowest virtual stage %s per micro-batch against %s\n",
+            b->chunks, mib(p1), at1, cost_human_time(t1, sizeof t1, slow1), cost_human_time(t2, sizeof t2, slow0));
   } else {
     print_split(f, b->split, p->pp);
     fprintf(f, " is the fastest split whose every stage fits by that plan's figures (at most %.2f MiB, stage %d): the "
@@ -125,6 +131,7 @@ static void print_balanced(FILE *f, const Module *m) {
     for (int k = 0; k < b->pp; k++)
       fprintf(f, "%s %d: %s", k ? ";" : "", k, cost_human_time(t1, sizeof t1, pipe_balance_stage_s(b, k, b->split[k])));
     fprintf(f, "\n");
+    if (b->fixed) print_memory_choice(f, p, b);
     return;
   }
   if (p->v > 1 || !b || !b->split) return;

@@ -183,7 +183,8 @@ typedef struct PipeBalance {
   int64_t *split;            /* [pp]: the balanced split; NULL: none (fewer layers than stages) */
   /* against the device's memory (Plan.stage_fixed, stage_cap): fixed[s] + pipe_balance_stage_bytes
    * is stage s's planned bytes by the model calibrated on the time-balanced split's memory plan */
-  const int64_t *fixed;      /* [pp]; NULL: memory only breaks ties among the fastest splits */
+  const int64_t *fixed;      /* [pp / chunks], per stage (interleaved: its chunks together); NULL: memory only
+                                breaks ties among the fastest splits */
   double cap;
   int64_t *by_time;          /* [pp]: the split by time alone (then memory as the tie-break) */
   bool fits;                 /* with fixed: some split's every stage fits cap (else split is by_time's) */
@@ -191,6 +192,10 @@ typedef struct PipeBalance {
 } PipeBalance;
 /* Stage st's forward and backward seconds per micro-batch with n layers. */
 double pipe_balance_stage_s(const PipeBalance *b, int st, int64_t n);
+/* Stage s's memory (a rank's) with n[k] layers on (virtual) stage k, with b->fixed its planned bytes by the
+ * calibrated model: pipe_balance_stage_bytes with the padding the largest count; interleaved, its chunks'
+ * summed, chunk c padded to the largest chunk c (the stage pass's layout). */
+int64_t pipe_balance_rank_bytes(const PipeBalance *b, const int64_t *n, int s);
 /* Stage st's memory with n layers (the largest stage has most): its activations in flight and the
  * layer stacks padded to most layers; what does not depend on the split is left out. */
 int64_t pipe_balance_stage_bytes(const PipeBalance *b, int st, int64_t n, int64_t most);
@@ -202,8 +207,9 @@ bool pipe_balance_split(const PipeBalance *b, int64_t *n);
  * NULL); where its plan does not fit cap (the allocation, scaled from each stage's peak as the memory
  * plan's total is from its peak) or its first stage is the largest, each stage's planned bytes less
  * what the balance's model counts of them (activations in flight, layer stacks padded to the most
- * layers): Plan.stage_fixed for a compile with stage_cap = cap. NULL: nothing to weigh (not
- * `layers(balanced)`, no capacity, the plan fits and a later stage is the largest). */
+ * layers; interleaved: a stage's chunks together, pipe_balance_rank_bytes): Plan.stage_fixed for a compile
+ * with stage_cap = cap. NULL: nothing to weigh (not `layers(balanced)`, no capacity, the plan fits and a
+ * later stage is the largest; interleaved: the plan fits). */
 const int64_t *pipe_balance_calibrate(const Module *m0, double cap, Arena *a);
 /* The slowest stage's seconds and the largest stage memory that depends on the split (activations in
  * flight, the layer stacks padded to the largest count) with n[s] layers on (virtual) stage s. */
@@ -219,8 +225,8 @@ bool pipe_balance_fits(const PipeBalance *b, const int64_t *n);
  * B not yet split, over pp stages, and the balanced split. Interleaved (v chunks per stage), over the pp v
  * virtual stages (PipeBalance.pp is pp v; k = c pp + s: the embedding on virtual stage 0, the head on the
  * last; each stage's forwards in flight shared among its chunks; memory: each stage's chunks summed,
- * chunk c's stacks padded to the largest chunk c), without the device's memory
- * (Plan.stage_fixed: per stage). NULL after an error (reported). */
+ * chunk c's stacks padded to the largest chunk c; against the device's memory, Plan.stage_fixed, per
+ * stage: its chunks together). NULL after an error (reported). */
 PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp, int v);
 
 /* The stages, the schedule and its bubble (passes/pipe_report.c). Nothing without pp. With cp (the

@@ -45,6 +45,12 @@ void pp_splits_free(PlanModel *pm);
  * n changed. */
 bool plan_model_balance_fit(PlanModel *pm, const struct PlanCand *c, const PlanEstimate *e, const double *tot,
                             double frag, double cap, int64_t *n);
+/* Interleaved uneven stages (n[nv], nv = pp x chunks): each stage's heaviest load of pr's, its activations (a
+ * layer's of one micro-batch a, zb's hold s) with the stage's chunks' mean layers, the head's gradient h,
+ * the head's activations head and the end stages' parameters ends[2] x their bytes per element pe, into
+ * x[pp]; the largest of them. (plan_model_balance_fit's per-stage bytes; plan_model_pp.c) */
+double pp_stage_loads_v(const struct PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h,
+                        double head, const double *ends, double pe, double *x);
 /* zb: what B hands W a layer, in hidden states per token on a rank (tp, sp as the plan has them), and
  * under recompute r what B's recompute made that W reads (plan_model_pp.c says how each is counted). */
 double zb_handoff_units(const PlanModel *pm, double tp, bool sp);

@@ -349,20 +349,24 @@ bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e,
 
 bool plan_model_balance_fit(PlanModel *pm, const PlanCand *c, const PlanEstimate *e, const double *tot, double frag,
                             double cap, int64_t *n) {
-  int pp = c->pp;
-  if (c->sched == SCHED_INTERLEAVED || !(cap > 0) || !balance_ok(pm, c, e)) return false; /* (no calibration) */
+  int pp = c->pp, v = c->sched == SCHED_INTERLEAVED ? c->v : 1, nv = pp * v; /* (interleaved: tot per stage) */
+  if (!(cap > 0) || !balance_ok(pm, c, e)) return false;
   int top = 0;
   for (int s = 1; s < pp; s++) top = tot[s] > tot[top] ? s : top;
-  if (!(tot[top] > 0) || (tot[top] * frag <= cap && top != 0)) return false;
+  if (!(tot[top] > 0) || (tot[top] * frag <= cap && (top != 0 || v > 1))) return false; /* (as pipe_balance_calibrate) */
   double fig[SPLIT_FIG];
   int infv[RT_MAX_STAGES];
   balance_figures(pm, c, e, fig, infv);
-  PipeBalance b = balance_of(pm, fig, pp, 1, infv);
+  PipeBalance b = balance_of(pm, fig, nv, v, infv);
   double unit = (double)(1 << 20) / e->bal_act; /* (bytes to the balance's) */
-  int64_t fixed[RT_MAX_STAGES], f[RT_MAX_STAGES], most = 0;
-  for (int s = 0; s < pp; s++) most = n[s] > most ? n[s] : most;
-  for (int s = 0; s < pp; s++) fixed[s] = (int64_t)(tot[s] * frag * unit) - pipe_balance_stage_bytes(&b, s, n[s], most);
+  int64_t fixed[RT_MAX_STAGES], f[RT_MAX_STAGES];
+  for (int s = 0; s < pp; s++) fixed[s] = (int64_t)(tot[s] * frag * unit) - pipe_balance_rank_bytes(&b, n, s);
   b.fixed = fixed, b.cap = cap * unit;
+  if (v > 1) { /* (the chunks' search, passes/pipe_balance.c's split_fitting_chunks) */
+    if (!pipe_balance_split(&b, f) || !pipe_balance_fits(&b, f) || !memcmp(f, n, (size_t)nv * sizeof *n)) return false;
+    memcpy(n, f, (size_t)nv * sizeof *n);
+    return true;
+  }
   /* (none fits where even at the least padding, ceil(layers / pp), the most layers each stage holds within
    * the capacity do not cover the layers: more padding only lowers them; most candidates far over it end
    * here, pipe_balance_split's search not run) */
@@ -378,6 +382,22 @@ bool plan_model_balance_fit(PlanModel *pm, const PlanCand *c, const PlanEstimate
   if (!pipe_balance_split(&b, f) || !memcmp(f, n, (size_t)pp * sizeof *n)) return false;
   memcpy(n, f, (size_t)pp * sizeof *n);
   return true;
+}
+
+double pp_stage_loads_v(const PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h, double head,
+                        const double *ends, double pe, double *x) {
+  double top = 0;
+  for (int st = 0; st < pp; st++) x[st] = 0;
+  for (int i = 0; i < pr->n; i++) {
+    const PpLoad *l = &pr->load[i];
+    double lay = 0; /* the stage's layers over its chunks (a, s: a layer's over the chunks) */
+    if (l->stage < 0 || l->stage >= pp) continue;
+    for (int k = l->stage; k < nv; k += pp) lay += (double)n[k];
+    double y = l->a * a * lay + l->b * s * lay + l->h * h + l->last * head + (l->first * ends[0] + l->last * ends[1]) * pe;
+    x[l->stage] = y > x[l->stage] ? y : x[l->stage];
+    top = y > top ? y : top;
+  }
+  return top;
 }
 
 /* Frees the balanced splits made so far (plan_model_free). */

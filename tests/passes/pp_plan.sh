@@ -217,6 +217,24 @@ expect_shardc 0 "#   balanced by time over the virtual stages: layers [4, 4, 4, 
 override "layers(balanced)"
 expect_shardc 0 "#   layers(balanced): [1, 2, 2, 1] per virtual stage (chunk c of stage s at c x 2 + s)" \
   "#   0     0-0,3-4      embedding" -- plan "${o6[@]}" --world 2
+# interleaved against the device's memory: tiny, 8 layers, pp 2 x 2 chunks, 8 micro-batches of 8 on 2 CPUs
+# of 24 MiB: the split by time ([2, 2, 2, 2]) needs 24.79 MiB on stage 0 and is refused (as it was before
+# the interleaved balance weighed the device: main's binary refused this plan); layers(balanced) takes
+# [1, 3, 2, 2] per virtual stage, the fastest split whose every stage (its chunks together) fits by that
+# plan's figures, and it fits (23.50 MiB planned, on stage 1); at 20 MiB none fits, and the fit check
+# says so; the interpreter proves such a split (test_pp_equiv, run_memory_split)
+sed 's/cpu x 2 { memory [^ ]* [^ ]*/cpu x 2 { memory 24 MiB/' models/topo/cpu.topo >"$ov/cpu24.topo"
+sed 's/cpu x 2 { memory [^ ]* [^ ]*/cpu x 2 { memory 20 MiB/' models/topo/cpu.topo >"$ov/cpu20.topo"
+i8=(-D layers=8 -D micro_batch=8 -D batch=64 -D dp=1 -D schedule=interleaved --world 2)
+expect_shardc 1 "error: the plan does not fit: 24.8 MiB per rank, over the cpu memory of 24.0 MiB" -- plan models/tiny.model "${i8[@]}" -D pp=2 --topology "$ov/cpu24.topo"
+expect_shardc 0 "#   layers(balanced): [1, 3, 2, 2] per virtual stage (chunk c of stage s at c x 2 + s)" \
+  "#   layers(balanced) against the device's memory (24.00 MiB): by time alone [2, 2, 2, 2], whose memory plan needs 24.79 MiB on stage 0 (over the device's); [1, 3, 2, 2] is the fastest split whose every stage (its 2 chunks together) fits by that plan's figures" \
+  "#   0     0-0,4-5      embedding" "#   planned peak per rank by stage: 0: 19.14 MiB, 1: 23.50 MiB" \
+  "cpu memory: fits (" -- plan "${o[0]}" "${i8[@]}" --topology "$ov/cpu24.topo"
+expect_shardc 1 "no split fits every stage by that plan's figures: the split by time kept" \
+  "error: the plan does not fit: 24.8 MiB per rank, over the cpu memory of 20.0 MiB" \
+  "note: \`layers(balanced)\`: no split of the layers over the virtual stages fits every stage by the time-balanced split's memory plan" \
+  -- plan "${o[0]}" "${i8[@]}" --topology "$ov/cpu20.topo"
 expect_shardc 1 "t.model:24:8: error: \`layers(balanced)\`: pp 4 x v has more virtual stages than the 4 layers" \
   -- plan "${o[@]}" -D pp=4 -D schedule=interleaved --world 4
 expect_shardc 1 "t.model:24:8: error: \`layers(balanced)\`: pp 5 has more stages than the 4 layers of \`repeat blocks\`" \

@@ -360,59 +360,68 @@ static void run_uneven(const char *label, Target target, double tol, const char 
  * stage_memory takes them): the stage pass applies another split ([1, 2, 3, 2]), the fastest whose
  * every stage fits by those figures, whose memory plan does fit that device (1.644 MiB within
  * 1.679; by time 1.768), and which equals the single rank (1.2e-11). (zb: no split fits 95 %: what
- * B keeps for W is not in the balance's model.) */
+ * B keeps for W is not in the balance's model.) Interleaved (split_fitting_chunks; ileave), pp 2 x 2
+ * chunks, tiny with 8 layers at seq 32, a device of 97 % (6.141 MiB; by time 6.331): [1, 3, 2, 2] per
+ * virtual stage (stage 0's chunk 0 one layer padded to stage 1's three), its memory plan 6.061 MiB, equal
+ * to the single rank (4.8e-13). */
 static void run_memory_split(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
-                             int64_t V) {
+                             int64_t V, bool ileave) {
   fprintf(stderr, "%s, layers(balanced) against a device's memory\n", label);
-  static const char *const scheds[] = {"1f1b"};
+  static const struct {
+    int pp, v;
+    const char *sched;
+    double frac;
+  } plans[] = {{4, 1, "1f1b", 0.95}, {2, 2, "interleaved", 0.97}};
   Arena ra;
   arena_init(&ra);
   Module *ref = compile(&ra, TARGET_CPU, path, defs, ndefs, 1, 1, 1, "1f1b", B, B);
   Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
   Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
-  for (int q = 0; q < 1 && ref; q++) {
-    int pp = 4;
+  for (int q = ileave; q < (int)(sizeof plans / sizeof plans[0]) && ref; q += 2) {
+    int pp = plans[q].pp, v = plans[q].v, nv = pp * v;
+    const char *sched = plans[q].sched;
     int64_t M = 8;
     Arena pa;
     arena_init(&pa);
-    Module *m0 = compile_stages(&pa, TARGET_CPU, path, defs, ndefs, pp, 1, 1, scheds[q], B / M, B, BALANCED);
+    Module *m0 = compile_stages(&pa, TARGET_CPU, path, defs, ndefs, pp, 1, 1, sched, B / M, B, BALANCED);
     if (!m0 || !m0->memplan || !m0->memplan->stage_peak) {
-      fprintf(stderr, "FAIL %s %s: the split by time does not compile\n", label, scheds[q]);
+      fprintf(stderr, "FAIL %s %s: the split by time does not compile\n", label, sched);
       failures++;
       arena_free(&pa);
       continue;
     }
     double top = 0, scale = (double)m0->memplan->total / (double)m0->memplan->peak;
     for (int s = 0; s < pp; s++) top = fmax(top, (double)m0->memplan->stage_peak[s] * scale);
-    double cap = 0.95 * top;
+    double cap = plans[q].frac * top;
     stage_fixed = pipe_balance_calibrate(m0, cap, &pa);
     stage_cap = cap;
-    Module *pm = stage_fixed ? compile_stages(&pa, TARGET_CPU, path, defs, ndefs, pp, 1, 1, scheds[q], B / M, B, BALANCED) : NULL;
+    Module *pm = stage_fixed ? compile_stages(&pa, TARGET_CPU, path, defs, ndefs, pp, 1, 1, sched, B / M, B, BALANCED) : NULL;
     stage_fixed = NULL;
     stage_cap = 0;
     if (!pm) {
-      fprintf(stderr, "FAIL %s %s: %s\n", label, scheds[q], m0 ? "the split against the memory does not compile" : "no calibration");
+      fprintf(stderr, "FAIL %s %s: %s\n", label, sched, m0 ? "the split against the memory does not compile" : "no calibration");
       failures++;
       arena_free(&pa);
       continue;
     }
     const PipeBalance *b = pm->pipe_balance;
-    char what[160];
-    int w = snprintf(what, sizeof what, "pp 4, %s, 8 micro-batches, layers(balanced) within %.3f MiB: [", scheds[q],
+    char what[200];
+    int w = snprintf(what, sizeof what, "pp %d, %s, 8 micro-batches, layers(balanced) within %.3f MiB: [", pp, sched,
                      cap / 1048576.0);
-    bool same = true, applied = true;
-    for (int s = 0; s < pp; s++) {
-      w += snprintf(what + w, sizeof what - (size_t)w, "%s%lld", s ? ", " : "", (long long)b->split[s]);
-      same &= b->split[s] == b->by_time[s];
-      applied &= pm->mesh->stage_rows[s] == b->split[s];
+    bool same = true, applied = b->pp == nv;
+    for (int k = 0; k < nv; k++) {
+      w += snprintf(what + w, sizeof what - (size_t)w, "%s%lld", k ? ", " : "", (long long)b->split[k]);
+      same &= b->split[k] == b->by_time[k];
+      applied &= pm->mesh->stage_rows[k] == b->split[k];
     }
-    snprintf(what + w, sizeof what - (size_t)w, "] (by time [%lld, %lld, %lld, %lld], %.3f MiB)", (long long)b->by_time[0],
-             (long long)b->by_time[1], (long long)b->by_time[2], (long long)b->by_time[3], top / 1048576.0);
+    w += snprintf(what + w, sizeof what - (size_t)w, "] (by time [");
+    for (int k = 0; k < nv; k++) w += snprintf(what + w, sizeof what - (size_t)w, "%s%lld", k ? ", " : "", (long long)b->by_time[k]);
+    snprintf(what + w, sizeof what - (size_t)w, "], %.3f MiB)", top / 1048576.0);
     fprintf(stderr, "  %s: planned %.3f MiB\n", what, (double)pm->memplan->total / 1048576.0);
     expect(b->fits && !same, "layers(balanced) against the memory: another split than by time, fitting by the model");
     expect(applied, "layers(balanced) against the memory: the stage pass applies its split");
     expect((double)pm->memplan->total <= cap, "layers(balanced) against the memory: the memory plan fits the device");
-    check_shape(pm, pp, 1, false, M, what);
+    check_shape(pm, pp, v, false, M, what);
     failures += tb_equiv_micro(ref, pm, &tok, &tgt, M, label, what, TOL, true);
     arena_free(&pa);
   }
@@ -814,7 +823,10 @@ int main(void) {
     sched_times = NULL;
   }
   const FeDefine tiny8[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "8"}};
-  run_memory_split("tiny, 8 layers", SHARDC_MODELS_DIR "/tiny.model", tiny8, 4, 64, 8, 256);
+  run_memory_split("tiny, 8 layers", SHARDC_MODELS_DIR "/tiny.model", tiny8, 4, 64, 8, 256, false);
+  /* (interleaved: seq 32, where the activations weigh enough for a split that fits as compiled) */
+  const FeDefine tiny8s[] = {{"seq", "32"}, {"d", "32"}, {"heads", "4"}, {"layers", "8"}};
+  run_memory_split("tiny, 8 layers, seq 32", SHARDC_MODELS_DIR "/tiny.model", tiny8s, 4, 64, 32, 256, true);
   run_uneven("Llama shaped", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8, 128, false);
   run_uneven("tiny, zero 3", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256, true);
   run_uneven("tiny, zero 3, coalesce on", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3c, 6, 8, 8, 256, false);
