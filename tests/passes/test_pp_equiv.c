@@ -586,7 +586,7 @@ static void run_zb_w(const char *label, const char *path, const FeDefine *defs, 
     arena_init(&pa);
     Module *pm = compile(&pa, TARGET_CPU, path, d, ndefs + 1, 2, 1, 1, "zb", B / 4, B);
     if (!pm || pm->zbw.held != (k != 1) || pm->zbw.layers != (k == 2 ? 1 : 0)) {
-      fprintf(stderr, "FAIL %s %s: %s\n", label, what, pm ? "the choice not applied" : "does not compile");
+      fprintf(stderr, "FAIL %s %s: %s\n", label, what, pm ? "zb_w's choice missing from the compiled plan" : "does not compile");
       failures++;
     } else {
       check_shape(pm, 2, 1, true, 4, what);
@@ -614,7 +614,7 @@ static void run_zb_w_uneven(void) {
   Module *pm = compile_stages(&pa, TARGET_CPU, SHARDC_MODELS_DIR "/tiny.model", defs, 6, 2, 1, 1, "zb", 2, 8, split);
   Tensor tok = tb_randint(tb_shape(2, 8, 8), 101, 0, 256), tgt = tb_randint(tb_shape(2, 8, 8), 102, 0, 256);
   if (!ref || !pm || !pm->zbw.held || pm->zbw.layers != 3) {
-    fprintf(stderr, "FAIL %s: %s\n", label, !ref || !pm ? "does not compile" : "the choice not applied");
+    fprintf(stderr, "FAIL %s: %s\n", label, !ref || !pm ? "does not compile" : "zb_w's choice missing from the compiled plan");
     failures++;
   } else {
     check_shape(pm, 2, 1, true, 4, label);
