@@ -5,7 +5,7 @@
  * loop, no longer queue behind it on the dp channel (Llama-3-8B dp 256 pp 4 zb z2: 1,002 MiB, ~21 ms,
  * ahead of stage 0's W). Its reader (the running sum's add) moves to just before that add's own first
  * reader, so the wait falls a micro-batch later. Order only: the same nodes, the same values
- * (docs/pipeline.md, "Under recompute"; tests/passes/test_pp_equiv.c's run_zlate). 1F1B, GPipe and
+ * (docs/pipeline.md, "Under recompute"; tests/passes/test_pp_equiv_zlate.c). 1F1B, GPipe and
  * interleaved have no W loop: nothing moves there.
  */
 #include <string.h>
