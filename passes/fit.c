@@ -275,3 +275,19 @@ const char *fit_auto_kept(Module *m, unsigned kept) {
     if (kept >> k & 1u) s = s ? arena_printf(m->arena, "%s and %s", s, name[k]) : name[k];
   return s ? s : "the others";
 }
+
+const char *fit_auto_why(Module *m, FitFigure f, const char *over, const char *alone, const char *with) {
+  const double mib = 1 << 20;
+  unsigned kept = m->plan.fit.kept;
+  if (fit_figure_over((double)f.total, f.cap))
+    return arena_printf(m->arena, "the plan with %s needs %.1f MiB per rank, over the device's %.1f MiB", over,
+                        (double)f.total / mib, f.cap / mib);
+  if (f.lost)
+    return arena_printf(m->arena, "%s alone: %.1f MiB per rank planned with %s, of the device's %.1f MiB; not with %s "
+                        "too, which %s the cost model has faster", alone, (double)f.total / mib, with, f.cap / mib,
+                        fit_auto_kept(m, kept), kept & (kept - 1) ? "together" : "alone");
+  if (f.total > 0)
+    return arena_printf(m->arena, "it fits: %.1f MiB per rank planned with %s, of the device's %.1f MiB",
+                        (double)f.total / mib, with, f.cap / mib);
+  return "auto (no device memory to check it against)";
+}

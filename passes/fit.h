@@ -43,4 +43,9 @@ static inline bool fit_figure_over(double total, double cap) {
 enum { AUTO_MEM_COPIES = 1, AUTO_MEM_DEFER = 2, AUTO_MEM_HOLD = 4 };
 const char *fit_auto_kept(Module *m, unsigned kept);
 
+/* A memory auto choice's why from its figure f (Plan.fit.*), the one text for wshadow's, zero_defer's and
+ * recompute's (and the driver's again where it reuses a compile: replan.c): `over` names the choice in "the plan
+ * with ... needs", `alone` is "it fits" / "they fit", `with` ends "planned with ..." ("it", "them", "the hold"). */
+const char *fit_auto_why(Module *m, FitFigure f, const char *over, const char *alone, const char *with);
+
 #endif

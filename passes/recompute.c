@@ -596,18 +596,7 @@ const char *recompute_zbw_auto_why(Module *m) {
     return arena_printf(m->arena, "the plan with the whole hold needs %.1f MiB per rank, over the device's %.1f MiB; "
                               "with the hold for the last %d layers, the most that fit: %.1f MiB",
                               (double)p->fit.zbw_whole / mib, p->fit.zbw.cap / mib, m->zbw.layers, (double)p->fit.zbw.total / mib);
-  else if (fit_figure_over((double)p->fit.zbw.total, p->fit.zbw.cap))
-    return arena_printf(m->arena, "the plan with the hold needs %.1f MiB per rank, over the device's %.1f MiB",
-                              (double)p->fit.zbw.total / mib, p->fit.zbw.cap / mib);
-  else if (p->fit.zbw.lost)
-    return arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with the hold, of the device's %.1f MiB; "
-                              "not with %s too, which %s the cost model has faster", (double)p->fit.zbw.total / mib,
-                              p->fit.zbw.cap / mib, fit_auto_kept(m, p->fit.kept),
-                              p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
-  else if (p->fit.zbw.total > 0)
-    return arena_printf(m->arena, "it fits: %.1f MiB per rank planned with the hold, of the device's %.1f MiB",
-                              (double)p->fit.zbw.total / mib, p->fit.zbw.cap / mib);
-  return "auto (no device memory to check it against)";
+  return fit_auto_why(m, p->fit.zbw, "the hold", "it fits", "the hold");
 }
 
 bool pass_recompute(Module *m) {

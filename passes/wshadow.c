@@ -110,20 +110,8 @@ static double mib(double b) { return b / (1 << 20); }
 /* `weight_copy auto`'s why, from the driver's figures (Plan.fit.wcopy) and the copy's bytes (m->wcopy.bytes): the
  * pass's, and the driver's again where it reuses a compile with new figures (replan.c). */
 const char *wshadow_auto_why(Module *m) {
-  const Plan *p = &m->plan;
-  if (fit_figure_over((double)p->fit.wcopy.total, p->fit.wcopy.cap))
-    return arena_printf(m->arena, "the plan with the persistent copy (%.1f MiB) needs %.1f MiB per rank, over "
-                                "the device's %.1f MiB", mib((double)m->wcopy.bytes), mib((double)p->fit.wcopy.total),
-                                mib(p->fit.wcopy.cap));
-  else if (p->fit.wcopy.lost)
-    return arena_printf(m->arena, "it fits alone: %.1f MiB per rank planned with it, of the device's %.1f MiB; "
-                                "not with %s too, which %s the cost model has faster", mib((double)p->fit.wcopy.total),
-                                mib(p->fit.wcopy.cap), fit_auto_kept(m, p->fit.kept),
-                                p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
-  else if (p->fit.wcopy.total > 0)
-    return arena_printf(m->arena, "it fits: %.1f MiB per rank planned with it, of the device's %.1f MiB",
-                                mib((double)p->fit.wcopy.total), mib(p->fit.wcopy.cap));
-  return "auto (no device memory to check it against)";
+  return fit_auto_why(m, m->plan.fit.wcopy,
+                      arena_printf(m->arena, "the persistent copy (%.1f MiB)", mib((double)m->wcopy.bytes)), "it fits", "it");
 }
 
 bool pass_wshadow(Module *m) {

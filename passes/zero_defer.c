@@ -249,8 +249,6 @@ static bool has_deferrable(const Graph *g) {
   return false;
 }
 
-static double mib(double b) { return b / (1 << 20); }
-
 bool zero_defers_plan(const Module *m) {
   const Plan *p = &m->plan;
   return m->mesh && zero_defers_scatters(p->zero, zero_group(m->mesh).deg) &&
@@ -260,19 +258,7 @@ bool zero_defers_plan(const Module *m) {
 /* `defer_waits auto`'s why, from the driver's figures (Plan.fit.defer): the pass's, and the driver's again where it
  * reuses a compile with new figures (replan.c). */
 const char *zero_defer_auto_why(Module *m) {
-  const Plan *p = &m->plan;
-  if (fit_figure_over((double)p->fit.defer.total, p->fit.defer.cap))
-    return arena_printf(m->arena, "the plan with them needs %.1f MiB per rank, over the device's %.1f MiB",
-                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap));
-  else if (p->fit.defer.lost)
-    return arena_printf(m->arena, "they fit alone: %.1f MiB per rank planned with them, of the device's "
-                                "%.1f MiB; not with %s too, which %s the cost model has faster",
-                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap), fit_auto_kept(m, p->fit.kept),
-                                p->fit.kept & (p->fit.kept - 1) ? "together" : "alone");
-  else if (p->fit.defer.total > 0)
-    return arena_printf(m->arena, "it fits: %.1f MiB per rank planned with them, of the device's %.1f MiB",
-                                mib((double)p->fit.defer.total), mib(p->fit.defer.cap));
-  return "auto (no device memory to check it against)";
+  return fit_auto_why(m, m->plan.fit.defer, "them", "they fit", "them");
 }
 
 bool pass_zero_defer(Module *m) {
