@@ -29,6 +29,9 @@ typedef struct {
   int64_t updelta;
   int with;
   int64_t delta;
+  /* a deferred scatter's input and the one of the loop continuing its loop, held in one place from the one loop
+   * through the other (memplan_defer_next; Interval.v NULL): both placed here once the plan is made */
+  Value *held[2];
 } Interval;
 
 /* A growing list of intervals (in an arena). */
