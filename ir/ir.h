@@ -245,8 +245,9 @@ struct Node {
   const Node *defer_last;
   /* A REPEAT cut by passes/recompute_split.c (`zb_w hold(N)`): the loop over the rows run next, later in
    * the same graph, that continues this one as its next iterations would (the deferred scatter waits of
-   * this loop's last iteration may go into cont's first: passes/zero_defer.c, memplan_defer.c). NULL: none. */
-  Node *cont;
+   * this loop's last iteration may go into cont's first: passes/zero_defer.c, memplan_defer.c). NULL: none.
+   * cont_of: the loop this one continues (cont's inverse). */
+  Node *cont, *cont_of;
 };
 
 struct Graph {

@@ -74,7 +74,7 @@ static Node *split(Sp *s, Node *R, int pos, int64_t k) {
   Node *first = part(s, R, rev ? k : 0, rev ? C - k : k, R->in);
   Node *second = part(s, R, rev ? 0 : k, rev ? k : C - k, first->out);
   Node *lo = rev ? second : first, *hi = rev ? first : second;
-  first->cont = second; /* (the second's rows continue the first's: one loop's iterations, cut) */
+  first->cont = second, second->cont_of = first; /* (the second's rows continue the first's: one loop's iterations, cut) */
   for (int j = 0; j < R->nout; j++) {
     Value *to = second->out[j];
     if (j >= nc) {

@@ -46,8 +46,11 @@
 
 bool zero_defers_scatters(int zero, int group) { return zero >= 2 && group > 1; }
 
-/* A loop of one iteration that recompute_split cut off (Node.cont) has a next iteration too: its cont's first. */
-bool zero_defer_loop(const Node *r) { return r && r->op == OP_REPEAT && (r->a.count >= 2 || (r->a.count >= 1 && r->cont)); }
+/* A loop of one iteration that recompute_split cut (Node.cont, cont_of) is one of several too: the first's last
+ * iteration continues in the second's first (memplan_defer_next). */
+bool zero_defer_loop(const Node *r) {
+  return r && r->op == OP_REPEAT && (r->a.count >= 2 || (r->a.count >= 1 && (r->cont || r->cont_of)));
+}
 
 bool zero_defer_taken(int want, double total, double cap, bool lost) {
   return want == DEFER_ON || (want == DEFER_AUTO && !lost && !fit_figure_over(total, cap));
