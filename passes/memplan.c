@@ -44,32 +44,9 @@ const char *const memplan_class_names[MEM_COUNT] = {"params", "optimizer", "inpu
 
 static int64_t align_up(int64_t x) { return memplan_align(x); }
 
-
 #define value_bytes memplan_bytes
 
 #define add_interval memplan_add_interval
-
-enum { OFFSET_HELD = -4 }; /* a body value placed by the enclosing graph's plan (held_pairs) */
-
-/* Loop n's deferred scatters paired with its cont's (memplan_defer_next): both inputs held in one interval of the
- * enclosing graph, from n (at i) through its cont, not in either body's block; each pair noted in the scatter's
- * defer_last (memplan_defer_waits makes it the node the wait goes before, once the offsets are final). */
-static void held_pairs(Graph *g, int i, Intervals *p) {
-  Node *n = g->nodes[i];
-  for (int j = 0; j < n->body->nnodes; j++) {
-    Node *s = n->body->nodes[j];
-    Node *s2 = memplan_defer_next(s);
-    if (!s2 || s->in[0]->offset == OFFSET_HELD || s2->in[0]->offset == OFFSET_HELD) continue;
-    int end = i + 1;
-    while (end < g->nnodes && g->nodes[end] != n->cont) end++;
-    Interval *it = add_interval(p, NULL, value_bytes(s->in[0]), i, MEM_ACT);
-    it->end = end;
-    it->stage = n->stage, it->set = n->stageset;
-    it->held[0] = s->in[0], it->held[1] = s2->in[0];
-    s->in[0]->offset = s2->in[0]->offset = OFFSET_HELD;
-    s->defer_last = s2;
-  }
-}
 
 /* Marks every value of an enclosing graph that `body` (or its nested bodies) reads as
  * used at position pos of the outer plan. */
@@ -407,7 +384,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     }
     if (n->body) {
       mark_captures(n->body, g, i, slot, p.iv);
-      if (mp->defer_waits && n->cont) held_pairs(g, i, &p);
+      if (mp->defer_waits && n->cont) memplan_held_pairs(g, i, &p);
       int64_t ipeak = 0, icls[MEM_COUNT] = {0}, bytes = 0, bplain = 0;
       place_body(n, mp, &bytes, &ipeak, icls, epi, &bplain);
       if (bytes > 0) { /* the body's block: activations, but for its packing buffers at its peak */
@@ -476,8 +453,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     }
     for (int k = 0; k < n->nout; k++) {
       Value *v = n->out[k];
-      if (n->op == OP_ARG || v->offset == -2 || v->offset == OFFSET_HELD || v->host || slotted[v->id])
-        continue; /* (host values: place_host; held: the enclosing graph's, held_pairs) */
+      if (n->op == OP_ARG || v->offset == -2 || v->offset == MEMPLAN_HELD || v->host || slotted[v->id])
+        continue; /* (host values: place_host; held: the enclosing graph's, memplan_held_pairs) */
       Interval *it = add_interval(&p, v, value_bytes(v), i, MEM_ACT);
       /* a pipeline stage's value that only its stages read (codegen zeroes the others' on the
        * other stages: those every rank touches) */
@@ -660,14 +637,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     if (p.iv[i].v || p.iv[i].held[0]) continue;
     shift_body(g->nodes[p.iv[i].start]->body, base + p.iv[i].offset);
   }
-  for (int i = 0; i < p.n; i++) /* held pairs: both inputs in their interval (after the bodies' shifts) */
-    for (int k = 0; k < 2 && p.iv[i].held[0]; k++) {
-      Value *x = p.iv[i].held[k];
-      x->offset = base + p.iv[i].offset;
-      x->stride = 0;
-      x->mclass = p.iv[i].mclass;
-      mp->nvalues++;
-    }
+  memplan_place_held(&p, base, mp); /* (after the bodies' shifts) */
   /* views share their input's place (in node order, so chains resolve); a column view at its first column,
    * with its source's rows (memplan_views.c) */
   for (int i = 0; i < g->nnodes; i++) {
@@ -746,7 +716,7 @@ static void reset_offsets(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     n->scratch_at = n->scratch_bytes = 0;
-    n->defer_last = NULL; /* (held_pairs notes the pairs) */
+    n->defer_last = NULL; /* (memplan_held_pairs notes the pairs) */
     for (int k = 0; k < n->nout; k++) {
       n->out[k]->offset = -1;
       n->out[k]->stride = 0;

@@ -20,6 +20,7 @@
 #include "memplan.h"
 
 #include "commreport.h"
+#include "memplan_pack.h"
 #include "memplan_views.h"
 #include "passes.h"
 #include "zero.h"
@@ -114,6 +115,34 @@ Node *memplan_defer_next(const Node *s) {
   return NULL;
 }
 
+void memplan_held_pairs(Graph *g, int i, Intervals *p) {
+  Node *n = g->nodes[i];
+  for (int j = 0; j < n->body->nnodes; j++) {
+    Node *s = n->body->nodes[j];
+    Node *s2 = memplan_defer_next(s);
+    if (!s2 || s->in[0]->offset == MEMPLAN_HELD || s2->in[0]->offset == MEMPLAN_HELD) continue;
+    int end = i + 1;
+    while (end < g->nnodes && g->nodes[end] != n->cont) end++;
+    Interval *it = memplan_add_interval(p, NULL, vbytes(s->in[0]), i, MEM_ACT);
+    it->end = end;
+    it->stage = n->stage, it->set = n->stageset;
+    it->held[0] = s->in[0], it->held[1] = s2->in[0];
+    s->in[0]->offset = s2->in[0]->offset = MEMPLAN_HELD;
+    s->defer_last = s2;
+  }
+}
+
+void memplan_place_held(const Intervals *p, int64_t base, MemPlan *mp) {
+  for (int i = 0; i < p->n; i++)
+    for (int k = 0; k < 2 && p->iv[i].held[0]; k++) {
+      Value *x = p->iv[i].held[k];
+      x->offset = base + p->iv[i].offset;
+      x->stride = 0;
+      x->mclass = p->iv[i].mclass;
+      mp->nvalues++;
+    }
+}
+
 /* Whether deferred scatter n's input has bytes of its own in the body and its result is written in place
  * into its row of the loop's stacked output (nothing copies it there at the iteration's end). */
 static bool placed(const Node *n) {
@@ -152,7 +181,7 @@ void memplan_defer_waits(Graph *g, bool on) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (n->body) memplan_defer_waits(n->body, on);
-    const Node *s2 = n->defer_last; /* (the pair memplan.c's plan held in one place: held_pairs) */
+    const Node *s2 = n->defer_last; /* (the pair the plan held in one place: memplan_held_pairs) */
     n->defer_wait = n->defer_last = NULL;
     if (!on || !memplan_defers_wait(n) || !placed(n)) continue; /* (else waited at the iteration's end, codegen/emit.c) */
     const Value *x = n->in[0];

@@ -50,6 +50,16 @@ int64_t memplan_align(int64_t x);
 /* Appends v's interval (bytes aligned), live at `start` only so far. */
 Interval *memplan_add_interval(Intervals *p, Value *v, int64_t bytes, int start, int mclass);
 
+/* A body value the enclosing graph's plan places (Value.offset while the body is planned): a deferred scatter's input
+ * held from its loop through the loop continuing it (memplan_held_pairs). */
+enum { MEMPLAN_HELD = -4 };
+/* Loop g->nodes[i]'s deferred scatters paired with its cont's (memplan_defer_next): both inputs held in one interval of
+ * g (Interval.held), from the loop through its cont, not in either body's block; each pair noted in the scatter's
+ * Node.defer_last (memplan_defer_waits makes it the node the wait goes before, once the offsets are final). */
+void memplan_held_pairs(Graph *g, int i, Intervals *p);
+/* The held values of p's intervals at their interval's offset from base (once the bodies are shifted). */
+void memplan_place_held(const Intervals *p, int64_t base, MemPlan *mp);
+
 /* Plan `offload`: the top graph's host values in the host allocation (memplan_host.c). */
 void memplan_place_host(Graph *g, MemPlan *mp, Arena *tmp);
 
