@@ -15,7 +15,9 @@
  * triple of its own (recompute.c pairs it as any: the same counts, the loops reading each other's
  * outputs) and the concats and slices left unread are dropped. The lo triple's W recomputes, the hi's
  * holds (Rc's lo set). The same ops on the same rows in the same order: the results are the unsplit
- * loops' to the bit (test_pp_equiv's run_zb_w).
+ * loops' to the bit (test_pp_equiv's run_zb_w). The first loop of each cut continues in the second (Node.cont,
+ * the second's cont_of): under ZeRO-2/3 its last iteration's deferred scatter waits go into the second's first
+ * iteration as one loop's would (passes/zero_defer.c, memplan_defer.c; test_pp_equiv_cut).
  */
 #include <string.h>
 

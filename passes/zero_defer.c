@@ -21,7 +21,9 @@
  * too): ZeRO >= 2 over a group of more than one rank, with or without pipeline stages (there the loops are
  * the stages' B, zb: W, instructions' at the top level, one per micro-batch: the lifted nodes join the
  * loop's stage and instruction), in loops of two layers or more (a stage's or interleaved chunk's of one
- * has no next iteration). A scatter whose body readers are anything else (a loop, a capture, a carry) stays.
+ * has no next iteration) or cut by `zb_w hold(N)` (zero_defer_loop: Node.cont, cont_of, a loop of one layer too;
+ * the first loop's lifted nodes go after the second, lifted_after, so that its last iteration's scatters are
+ * waited in the second's first iteration: passes/memplan_defer.c, memplan_defer_next). A scatter whose body readers are anything else (a loop, a capture, a carry) stays.
  * Cost: the stacked result ([count, 1, N] f32, the loop's gradient shards: what the unpacked ys hold
  * too) is live from the loop to the unpacking after it; the unpacking is one copy of it; and the
  * scatters' f32 inputs (the layer's whole gradient over tp) live through the whole body
