@@ -288,8 +288,8 @@ static bool hold_variant(MemVariants *s, unsigned keep, int64_t n, double *total
  * hold, whose plan needs t_all, the largest n < layers whose plan (kept, the hold for each stage's last n
  * layers) fits: its memory grows with n, so a bisection over (0, layers), first tried at the n the two
  * totals predict (linearly: confirmed in one compile where the prediction holds, log2(layers) at most);
- * taken where the cost model has it no slower than the choice (cut into loops of one layer, a stage of
- * two loses the deferred waits). 0: none; else its total in *total. */
+ * taken where the cost model has it no slower than the choice (the cut's own cost: its loops' overheads; its
+ * deferred waits carried across it, passes/memplan_defer.c). 0: none; else its total in *total. */
 static int64_t partial_hold(MemVariants *s, unsigned kept, int64_t layers, double t0, double t_all, double cap,
                             double step0, double *total) {
   int64_t lo = 0, hi = layers; /* fits with lo (0: none held); not with hi (all) */

@@ -45,7 +45,8 @@ static int before_group(const Graph *g, int pos);
 /* Loop n's deferred reduce-scatters (Node.defer_wait, passes/memplan_defer.c): each one's tag reserved
  * (emit_collective starts it under that tag) and its waits registered before the body is emitted: in
  * the body before defer_wait, but on the loop's first iteration (nothing in flight yet), and the last
- * iteration's right after the loop. */
+ * iteration's right after the loop, or, where the loop continues in its cont (Node.defer_last,
+ * passes/memplan_defer.c), in cont's body before defer_last on its first iteration. */
 static void defer_waits(Cg *c, const Node *n) {
   const Graph *b = n->body, *G = n->graph;
   for (int i = 0; i < b->nnodes; i++) {
@@ -56,6 +57,12 @@ static void defer_waits(Cg *c, const Node *n) {
     const char *first = arena_printf(c->a, "i%d != %" PRId64, cg_depth_of(b), n->a.reverse ? n->a.count - 1 : (int64_t)0);
     Wait in = {tag, b, before_group(b, position_of(b, s->defer_wait)), false, NULL, 0, first};
     Wait after = {tag, G, before_group(G, position_of(G, n) + 1), false, NULL, 0, NULL};
+    if (s->defer_last) {
+      const Graph *cb = s->defer_last->graph;
+      const Node *cn = cb->owner;
+      after = (Wait){tag, cb, before_group(cb, position_of(cb, s->defer_last)), false, NULL, 0,
+                     arena_printf(c->a, "i%d == %" PRId64, cg_depth_of(cb), cn->a.reverse ? cn->a.count - 1 : (int64_t)0)};
+    }
     arena_grow(c->a, (void **)&c->waits, &c->capwaits, c->nwaits + 2, sizeof(Wait));
     c->waits[c->nwaits++] = in;
     c->waits[c->nwaits++] = after;

@@ -238,6 +238,16 @@ struct Node {
    * body), the last iteration's right after the loop; codegen/emit.c and passes/cost.c read it. NULL: not
    * deferred (waited at its first reader, else at the iteration's end). */
   const Node *defer_wait;
+  /* Set by passes/memplan.c (memplan_defer_next): a deferred reduce-scatter (defer_wait) whose loop's last
+   * iteration is waited not after the loop but in its `cont` loop's first iteration, before this node of
+   * that loop's body (its scatter's input in the same bytes, held from one loop through the other). NULL:
+   * right after the loop. */
+  const Node *defer_last;
+  /* A REPEAT cut by passes/recompute_split.c (`zb_w hold(N)`): the loop over the rows run next, later in
+   * the same graph, that continues this one as its next iterations would (the deferred scatter waits of
+   * this loop's last iteration may go into cont's first: passes/zero_defer.c, memplan_defer.c). NULL: none.
+   * cont_of: the loop this one continues (cont's inverse). */
+  Node *cont, *cont_of;
 };
 
 struct Graph {

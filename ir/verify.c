@@ -271,6 +271,11 @@ static void check_region(Verifier *vf, const Graph *g, const Node *n) {
   if (b->nresults != n->nout) report(vf, n, "%d outputs but the body yields %d results", n->nout, b->nresults);
   if (n->op == OP_REPEAT) {
     if (n->a.count < 1) report(vf, n, "repeat count %lld", (long long)n->a.count);
+    /* a cut loop (passes/recompute_split.c) and the one continuing it: repeats of one graph, linked both ways */
+    if (n->cont && (n->cont->op != OP_REPEAT || n->cont->graph != n->graph || n->cont->cont_of != n))
+      report(vf, n, "continues in a node that is not a repeat of its graph continuing it (Node.cont)");
+    if (n->cont_of && (n->cont_of->op != OP_REPEAT || n->cont_of->graph != n->graph || n->cont_of->cont != n))
+      report(vf, n, "continues a node that is not a repeat of its graph it continues (Node.cont_of)");
     if (n->a.ncarry < 0 || n->a.nxs < 0 || n->a.ncarry + n->a.nxs > n->nin || n->a.ncarry > n->nout)
       report(vf, n, "ncarry %d / nxs %d inconsistent with %d inputs, %d outputs", n->a.ncarry, n->a.nxs, n->nin,
              n->nout);

@@ -77,6 +77,7 @@ static uint64_t node_hash(const Node *n) {
   MIX(h, (uint64_t)(uint32_t)a->ncarry << 32 | (uint32_t)a->nxs);
   MIX(h, (uint64_t)a->count ^ ((uint64_t)a->next << 8 | (uint64_t)a->skiplast) * 0x9e3779b97f4a7c15ull);
   MIX(h, ptr(a->name));
+  MIX(h, ptr(n->cont) ^ ptr(n->cont_of) * 0x9e3779b97f4a7c15ull); /* (a cut loop's links: checked with the region) */
   for (int j = 0; j < n->nin && n->in; j++) MIX(hin, ptr(n->in[j]));
   for (int j = 0; j < n->nout && n->out; j++) MIX(hout, value_hash(n->out[j]));
   MIX(h, hin);

@@ -42,6 +42,8 @@ typedef struct {
   int own;        /* the to_host's position (where it stands: started there, sim_offload) */
 } Download;
 
+enum { CARRIED = 16 };
+
 typedef struct {
   const Module *m;
   const CostDevice *d;
@@ -71,6 +73,10 @@ typedef struct {
   int ndl;
   PtrMap uses;    /* CUDA fusion groups: cost_cuda_group_uses, counted when first needed (counted) */
   bool counted;
+  bool first;     /* the body simulated runs its loop's first iteration */
+  const Node *carried[CARRIED]; /* deferred scatters whose loop's last iteration is waited in the next loop's first
+                                   (Node.defer_last): simulated, their loop continues */
+  int ncarried;
 } Sim;
 
 static void set_pending(Sim *s, const Value *v, double end) {
@@ -247,7 +253,10 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
      * the second's increments; the sums above are taken once with the repeat's multiplier */
     CostReport *keep = s->r, scratch;
     Clock c1 = *c;
+    bool was_first = s->first;
+    s->first = true;
     sim_graph(s, n->body, c);
+    s->first = false;
     if (count > 1) {
       c1 = *c;
       memset(&scratch, 0, sizeof scratch);
@@ -265,8 +274,14 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
         c->chan[i] += k * (c->chan[i] <= c->t - k * dt && c1.chan[i] <= c1.t ? dt : c->chan[i] - c1.chan[i]);
     }
     s->mult = outer;
+    s->first = was_first;
     if (has_async(n->body)) /* stacked gradients reduced in place: waited after the loop */
       for (int j = n->a.ncarry; j < n->nout; j++) set_pending(s, n->out[j], fmax(c->chan[0], c->chan[1]));
+    for (int j = 0; j < n->body->nnodes && s->ncarried < CARRIED; j++) /* ... or in the next loop's first iteration */
+      if (n->body->nodes[j]->defer_last) {
+        set_pending(s, n->body->nodes[j]->out[0], fmax(c->chan[0], c->chan[1]));
+        s->carried[s->ncarried++] = n->body->nodes[j];
+      }
     return;
   }
   if (ir_ops[n->op].flags & F_COLL) {
@@ -373,6 +388,16 @@ static void sim_graph(Sim *s, const Graph *g, Clock *c) {
     while (p > 0 && p < g->nnodes && g->nodes[p]->group && g->nodes[p - 1]->group == g->nodes[p]->group) p--;
     dn[nd] = g->nodes[i], dpos[nd++] = p;
   }
+  /* the previous loop's last iteration's (Node.defer_last: this loop continues it), in the first iteration */
+  for (int k = 0; g->parent && s->first && k < s->ncarried; k++) {
+    const Node *w = s->carried[k]->defer_last;
+    if (w->graph != g || nd == DEFERS) continue;
+    int p = 0;
+    while (p < g->nnodes && g->nodes[p] != w) p++;
+    while (p > 0 && p < g->nnodes && g->nodes[p]->group && g->nodes[p - 1]->group == g->nodes[p]->group) p--;
+    dn[nd] = s->carried[k], dpos[nd++] = p;
+    s->carried[k--] = s->carried[--s->ncarried];
+  }
   for (int i = 0; i < g->nnodes; i++) {
     for (int k = 0; k < nd; k++)
       if (dpos[k] == i) wait_for(s, dn[k]->out[0], c);
@@ -405,6 +430,7 @@ static double sim_rank(Sim *s, int stage, CostReport *r) {
   s->stage = stage;
   s->r = r;
   s->mult = 1;
+  s->ncarried = 0;
   Clock c = {0};
   const Graph *g = s->m->graph;
   s->ndl = 0;

@@ -384,6 +384,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     }
     if (n->body) {
       mark_captures(n->body, g, i, slot, p.iv);
+      if (mp->defer_waits && n->cont) memplan_held_pairs(g, i, &p);
       int64_t ipeak = 0, icls[MEM_COUNT] = {0}, bytes = 0, bplain = 0;
       place_body(n, mp, &bytes, &ipeak, icls, epi, &bplain);
       if (bytes > 0) { /* the body's block: activations, but for its packing buffers at its peak */
@@ -452,7 +453,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     }
     for (int k = 0; k < n->nout; k++) {
       Value *v = n->out[k];
-      if (n->op == OP_ARG || v->offset == -2 || v->host || slotted[v->id]) continue; /* (host values: place_host) */
+      if (n->op == OP_ARG || v->offset == -2 || v->offset == MEMPLAN_HELD || v->host || slotted[v->id])
+        continue; /* (host values: place_host; held: the enclosing graph's, memplan_held_pairs) */
       Interval *it = add_interval(&p, v, value_bytes(v), i, MEM_ACT);
       /* a pipeline stage's value that only its stages read (codegen zeroes the others' on the
        * other stages: those every rank touches) */
@@ -632,9 +634,10 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       if (p.iv[i].bytes > mp->largest[MEM_COMM]) mp->largest[MEM_COMM] = p.iv[i].bytes;
       continue;
     }
-    if (p.iv[i].v) continue;
+    if (p.iv[i].v || p.iv[i].held[0]) continue;
     shift_body(g->nodes[p.iv[i].start]->body, base + p.iv[i].offset);
   }
+  memplan_place_held(&p, base, mp); /* (after the bodies' shifts) */
   /* views share their input's place (in node order, so chains resolve); a column view at its first column,
    * with its source's rows (memplan_views.c) */
   for (int i = 0; i < g->nnodes; i++) {
@@ -713,6 +716,7 @@ static void reset_offsets(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     n->scratch_at = n->scratch_bytes = 0;
+    n->defer_last = NULL; /* (memplan_held_pairs notes the pairs) */
     for (int k = 0; k < n->nout; k++) {
       n->out[k]->offset = -1;
       n->out[k]->stride = 0;

@@ -78,7 +78,12 @@ int64_t memplan_scratch_bytes(const Node *n);
  * passes/memplan_defer.c). Only where the plan takes them (MemPlan.defer_waits, zero_defers_plan:
  * passes/zero_defer.c's decision, `defer_waits`). */
 bool memplan_defers_wait(const Node *n);
-/* Sets (on) or clears (not on) Node.defer_wait of g's loop bodies' scatters. */
+/* The deferred scatter of the loop continuing deferred scatter s's loop (Node.cont: a loop `zb_w hold(N)` cut) that
+ * takes s's place there (the same one of its body), where s's last iteration may be waited in that loop's first
+ * iteration: both inputs held in one place from one loop through the other (passes/memplan.c), nothing reading s's
+ * result before that loop; else NULL. The one decision the plan, the waits (Node.defer_last) follow. */
+Node *memplan_defer_next(const Node *s);
+/* Sets (on) or clears (not on) Node.defer_wait and defer_last of g's loop bodies' scatters. */
 void memplan_defer_waits(Graph *g, bool on);
 
 /* The class with the most bytes at the peak. */

@@ -29,6 +29,9 @@ typedef struct {
   int64_t updelta;
   int with;
   int64_t delta;
+  /* a deferred scatter's input and the one of the loop continuing its loop, held in one place from the one loop
+   * through the other (memplan_defer_next; Interval.v NULL): both placed here once the plan is made */
+  Value *held[2];
 } Interval;
 
 /* A growing list of intervals (in an arena). */
@@ -46,6 +49,16 @@ static inline bool memplan_is_update(OpKind op) { return op == OP_ADAMW_UPDATE |
 int64_t memplan_align(int64_t x);
 /* Appends v's interval (bytes aligned), live at `start` only so far. */
 Interval *memplan_add_interval(Intervals *p, Value *v, int64_t bytes, int start, int mclass);
+
+/* A body value the enclosing graph's plan places (Value.offset while the body is planned): a deferred scatter's input
+ * held from its loop through the loop continuing it (memplan_held_pairs). */
+enum { MEMPLAN_HELD = -4 };
+/* Loop g->nodes[i]'s deferred scatters paired with its cont's (memplan_defer_next): both inputs held in one interval of
+ * g (Interval.held), from the loop through its cont, not in either body's block; each pair noted in the scatter's
+ * Node.defer_last (memplan_defer_waits makes it the node the wait goes before, once the offsets are final). */
+void memplan_held_pairs(Graph *g, int i, Intervals *p);
+/* The held values of p's intervals at their interval's offset from base (once the bodies are shifted). */
+void memplan_place_held(const Intervals *p, int64_t base, MemPlan *mp);
 
 /* Plan `offload`: the top graph's host values in the host allocation (memplan_host.c). */
 void memplan_place_host(Graph *g, MemPlan *mp, Arena *tmp);

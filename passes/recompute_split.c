@@ -15,7 +15,9 @@
  * triple of its own (recompute.c pairs it as any: the same counts, the loops reading each other's
  * outputs) and the concats and slices left unread are dropped. The lo triple's W recomputes, the hi's
  * holds (Rc's lo set). The same ops on the same rows in the same order: the results are the unsplit
- * loops' to the bit (test_pp_equiv's run_zb_w).
+ * loops' to the bit (test_pp_equiv's run_zb_w). The first loop of each cut continues in the second (Node.cont,
+ * the second's cont_of): under ZeRO-2/3 its last iteration's deferred scatter waits go into the second's first
+ * iteration as one loop's would (passes/zero_defer.c, memplan_defer.c; test_pp_equiv_cut).
  */
 #include <string.h>
 
@@ -74,6 +76,7 @@ static Node *split(Sp *s, Node *R, int pos, int64_t k) {
   Node *first = part(s, R, rev ? k : 0, rev ? C - k : k, R->in);
   Node *second = part(s, R, rev ? 0 : k, rev ? k : C - k, first->out);
   Node *lo = rev ? second : first, *hi = rev ? first : second;
+  first->cont = second, second->cont_of = first; /* (the second's rows continue the first's: one loop's iterations, cut) */
   for (int j = 0; j < R->nout; j++) {
     Value *to = second->out[j];
     if (j >= nc) {

@@ -21,7 +21,9 @@
  * too): ZeRO >= 2 over a group of more than one rank, with or without pipeline stages (there the loops are
  * the stages' B, zb: W, instructions' at the top level, one per micro-batch: the lifted nodes join the
  * loop's stage and instruction), in loops of two layers or more (a stage's or interleaved chunk's of one
- * has no next iteration). A scatter whose body readers are anything else (a loop, a capture, a carry) stays.
+ * has no next iteration) or cut by `zb_w hold(N)` (zero_defer_loop: Node.cont, cont_of, a loop of one layer too;
+ * the first loop's lifted nodes go after the second, lifted_after, so that its last iteration's scatters are
+ * waited in the second's first iteration: passes/memplan_defer.c, memplan_defer_next). A scatter whose body readers are anything else (a loop, a capture, a carry) stays.
  * Cost: the stacked result ([count, 1, N] f32, the loop's gradient shards: what the unpacked ys hold
  * too) is live from the loop to the unpacking after it; the unpacking is one copy of it; and the
  * scatters' f32 inputs (the layer's whole gradient over tp) live through the whole body
@@ -46,10 +48,41 @@
 
 bool zero_defers_scatters(int zero, int group) { return zero >= 2 && group > 1; }
 
-bool zero_defer_loop(const Node *r) { return r && r->op == OP_REPEAT && r->a.count >= 2; }
+/* A loop of one iteration that recompute_split cut (Node.cont, cont_of) is one of several too: the first's last
+ * iteration continues in the second's first (memplan_defer_next). */
+bool zero_defer_loop(const Node *r) {
+  return r && r->op == OP_REPEAT && (r->a.count >= 2 || (r->a.count >= 1 && (r->cont || r->cont_of)));
+}
 
 bool zero_defer_taken(int want, double total, double cap, bool lost) {
   return want == DEFER_ON || (want == DEFER_AUTO && !lost && !fit_figure_over(total, cap));
+}
+
+/* Whether a node of g (nested too) reads one of r's outputs marked in drop. */
+static bool reads_dropped(const Graph *g, const Node *r, const bool *drop) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j]->def == r && drop[n->in[j]->idx]) return true;
+    if (n->body && reads_dropped(n->body, r, drop)) return true;
+  }
+  return false;
+}
+
+/* Where loop r's lifted readers go (standing for its outputs marked in drop): after r, or after the loop continuing it
+ * (Node.cont, passes/recompute_split.c) where neither that one nor a node before it reads those, so that r's last
+ * iteration's scatters may be waited in cont's first (memplan_defer.c, memplan_defer_next). */
+static int lifted_after(const Graph *g, const Node *r, int at_r, const bool *drop) {
+  const Node *c = r->cont;
+  if (!c || c->graph != g) return at_r;
+  for (int i = at_r + 1; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j]->def == r && drop[n->in[j]->idx]) return at_r;
+    if (n->body && reads_dropped(n->body, r, drop)) return at_r;
+    if (n == c) return i;
+  }
+  return at_r;
 }
 
 /* The ops this pass lifts out of a body onto the stacks: row-local, and the same op (a slice one axis
@@ -89,6 +122,13 @@ static Value *moved_to(const Lifted *l, Value *v) {
  * making (each was placed right after the loop when made). */
 static void place_lifted(Graph *g, int n0, const Lifted *l) {
   if (g->nnodes == n0) return;
+  for (int a = 1; a < l->ngroups; a++) /* by position, stable (a cut loop's groups go after its cont: lifted_after) */
+    for (int b = a; b > 0 && l->group[b - 1][0] > l->group[b][0]; b--) {
+      int t[3];
+      memcpy(t, l->group[b], sizeof t);
+      memcpy(l->group[b], l->group[b - 1], sizeof t);
+      memcpy(l->group[b - 1], t, sizeof t);
+    }
   Node **order = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
   int k = 0, gi = 0;
   for (int i = 0; i < n0; i++) {
@@ -201,6 +241,7 @@ static bool defer_one(Node *r, int at_r, Node *s, Lifted *l) {
     ptrmap_put(&l->moved, r->out[k], o);
     drop[k] = true;
   }
+  grp[0] = lifted_after(g, r, at_r, drop);
   drop_outputs(r, drop);
   for (int i = nl - 1; i >= 0; i--) ir_drop_node(b, lift[i]);
   ptrmap_free(&map);
