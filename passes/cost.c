@@ -42,8 +42,6 @@ typedef struct {
   int own;        /* the to_host's position (where it stands: started there, sim_offload) */
 } Download;
 
-enum { CARRIED = 16 };
-
 typedef struct {
   const Module *m;
   const CostDevice *d;
@@ -74,9 +72,9 @@ typedef struct {
   PtrMap uses;    /* CUDA fusion groups: cost_cuda_group_uses, counted when first needed (counted) */
   bool counted;
   bool first;     /* the body simulated runs its loop's first iteration */
-  const Node *carried[CARRIED]; /* deferred scatters whose loop's last iteration is waited in the next loop's first
-                                   (Node.defer_last): simulated, their loop continues */
-  int ncarried;
+  const Node **carried; /* deferred scatters whose loop's last iteration is waited in the next loop's first
+                           (Node.defer_last): simulated, their loop continues */
+  int ncarried, capcarried;
 } Sim;
 
 static void set_pending(Sim *s, const Value *v, double end) {
@@ -277,9 +275,13 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
     s->first = was_first;
     if (has_async(n->body)) /* stacked gradients reduced in place: waited after the loop */
       for (int j = n->a.ncarry; j < n->nout; j++) set_pending(s, n->out[j], fmax(c->chan[0], c->chan[1]));
-    for (int j = 0; j < n->body->nnodes && s->ncarried < CARRIED; j++) /* ... or in the next loop's first iteration */
+    for (int j = 0; j < n->body->nnodes; j++) /* ... or in the next loop's first iteration */
       if (n->body->nodes[j]->defer_last) {
         set_pending(s, n->body->nodes[j]->out[0], fmax(c->chan[0], c->chan[1]));
+        if (s->ncarried == s->capcarried) {
+          s->capcarried = s->capcarried ? 2 * s->capcarried : 16;
+          if (!(s->carried = realloc(s->carried, (size_t)s->capcarried * sizeof *s->carried))) die("cost: out of memory");
+        }
         s->carried[s->ncarried++] = n->body->nodes[j];
       }
     return;
@@ -377,10 +379,11 @@ static void sim_graph(Sim *s, const Graph *g, Clock *c) {
   if (offload) issue_downloads(s, c, -1, 0);
   /* a body's deferred reduce-scatters (Node.defer_wait, passes/memplan_defer.c): the previous iteration's
    * waited before the node that writes the scatter's input again (codegen/emit.c: before its fusion group) */
-  enum { DEFERS = 16 };
-  const Node *dn[DEFERS];
-  int dpos[DEFERS], nd = 0;
-  for (int i = 0; g->parent && i < g->nnodes && nd < DEFERS; i++) {
+  int nd = 0, cap = g->parent ? g->nnodes + (s->first ? s->ncarried : 0) : 0;
+  const Node **dn = cap ? malloc((size_t)cap * sizeof *dn) : NULL;
+  int *dpos = cap ? malloc((size_t)cap * sizeof *dpos) : NULL;
+  if (cap && (!dn || !dpos)) die("cost: out of memory");
+  for (int i = 0; g->parent && i < g->nnodes; i++) {
     const Node *w = g->nodes[i]->defer_wait;
     if (!w) continue;
     int p = 0;
@@ -391,7 +394,7 @@ static void sim_graph(Sim *s, const Graph *g, Clock *c) {
   /* the previous loop's last iteration's (Node.defer_last: this loop continues it), in the first iteration */
   for (int k = 0; g->parent && s->first && k < s->ncarried; k++) {
     const Node *w = s->carried[k]->defer_last;
-    if (w->graph != g || nd == DEFERS) continue;
+    if (w->graph != g) continue;
     int p = 0;
     while (p < g->nnodes && g->nodes[p] != w) p++;
     while (p > 0 && p < g->nnodes && g->nodes[p]->group && g->nodes[p - 1]->group == g->nodes[p]->group) p--;
@@ -423,6 +426,8 @@ static void sim_graph(Sim *s, const Graph *g, Clock *c) {
     if (top) record(s, n, c->t - t0, c->t);
     if (offload) issue_downloads(s, c, i, t0);
   }
+  free(dn);
+  free(dpos);
 }
 
 /* One stage's (or, without pp, the rank's) step: the timeline's end, every async collective waited. */
@@ -509,6 +514,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
   r->last_s[0] = last.gemm_s, r->last_s[1] = last.attn_s, r->last_s[2] = last.mem_s, r->last_s[3] = last.overhead_s;
   memplan_views_release();
   free(s.ends);
+  free(s.carried);
   ptrmap_free(&s.uses);
   free(s.rstage);
   free(s.top_stages);
@@ -540,6 +546,7 @@ double cost_nodes_time(const Module *m, const CostDevice *d, const Node *const *
   ptrmap_free(&s.pending);
   ptrmap_free(&s.uses);
   free(s.ends);
+  free(s.carried);
   return fmax(fmax(c.t, c.host), fmax(fmax(c.chan[0], c.chan[1]), fmax(c.link[0], c.link[1])));
 }
 
