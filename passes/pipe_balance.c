@@ -158,11 +158,12 @@ static void most_all(const PipeBalance *b, double T, int64_t *mw) {
 /* The padding past which more fits no more layers (fit_within, fit_within_chunks): at rows (`most`, a chunk's m[c])
  * of at least every stage's mw each stage starts from its mw layers, and what a layer off saves does not depend on
  * the rows, so more rows only add their layer bytes to every stage (fewer layers fit): where the rows of the largest
- * mw did not cover the layers, no larger ones do. INT64_MAX where a layer's bytes are negative (no such bound). */
+ * mw did not cover the layers, no larger ones do. INT64_MAX where a layer's bytes are negative (no such bound) or
+ * b->stepwise. */
 static int64_t past_most(const PipeBalance *b, const int64_t *mw, int nv) {
   int64_t top = 0;
   for (int k = 0; k < nv; k++) top = mw[k] > top ? mw[k] : top;
-  return b->layer_bytes >= 0 ? top : INT64_MAX;
+  return b->layer_bytes >= 0 && !b->stepwise ? top : INT64_MAX;
 }
 
 /* The fewest layers r <= most off bytes x, each saving d > 0, that bring it within cap ((double)(x - r d) <= cap,
@@ -184,7 +185,8 @@ static int64_t fit_within(const PipeBalance *b, const int64_t *mw, int64_t most,
   for (int s = 0; s < b->pp; s++) {
     int64_t k = mw[s], d = pipe_balance_stage_bytes(b, s, 1, 0) - pipe_balance_stage_bytes(b, s, 0, 0);
     if (k > most) k = most;
-    if (k >= 1 && d > 0) k -= fewest_off(b->fixed[s] + pipe_balance_stage_bytes(b, s, k, most), d, b->cap, k - 1);
+    if (k >= 1 && d > 0 && !b->stepwise)
+      k -= fewest_off(b->fixed[s] + pipe_balance_stage_bytes(b, s, k, most), d, b->cap, k - 1);
     while (k >= 1 && (double)(b->fixed[s] + pipe_balance_stage_bytes(b, s, k, most)) > b->cap) k--;
     u[s] = k;
     if (!k) return 0;
@@ -241,7 +243,7 @@ static bool chunks_off(const PipeBalance *b, int s, int64_t *x, int64_t *u) {
     if (pipe_balance_stage_bytes(b, k, 1, 0) - pipe_balance_stage_bytes(b, k, 0, 0) != d) return true;
     avail += u[k] - 1;
   }
-  if (!(d > 0) || (double)*x <= b->cap) return true;
+  if (!(d > 0) || (double)*x <= b->cap || b->stepwise) return true;
   int64_t r = fewest_off(*x, d, b->cap, avail);
   if (r > avail) return false;
   *x -= r * d;
