@@ -75,6 +75,7 @@ typedef struct {
   const Node **carried; /* deferred scatters whose loop's last iteration is waited in the next loop's first
                            (Node.defer_last): simulated, their loop continues */
   int ncarried, capcarried;
+  bool full;      /* every iteration of a loop simulated, not two extrapolated (cost_nodes_clock's check) */
 } Sim;
 
 static void set_pending(Sim *s, const Value *v, double end) {
@@ -255,7 +256,12 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
     s->first = true;
     sim_graph(s, n->body, c);
     s->first = false;
-    if (count > 1) {
+    if (count > 1 && s->full) { /* (cost_nodes_clock's check: every iteration simulated) */
+      memset(&scratch, 0, sizeof scratch);
+      s->r = &scratch;
+      for (int64_t i = 1; i < count; i++) sim_graph(s, n->body, c);
+      s->r = keep;
+    } else if (count > 1) {
       c1 = *c;
       memset(&scratch, 0, sizeof scratch);
       s->r = &scratch; /* the second iteration is timed, not summed again */
@@ -533,8 +539,8 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
   }
 }
 
-double cost_nodes_time(const Module *m, const CostDevice *d, const Node *const *nodes, int n) {
-  Sim s = {.m = m, .d = d, .stage = -1, .mult = 1, .at = -1};
+static Clock nodes_clock(const Module *m, const CostDevice *d, const Node *const *nodes, int n, bool full) {
+  Sim s = {.m = m, .d = d, .stage = -1, .mult = 1, .at = -1, .full = full};
   CostReport r;
   memset(&r, 0, sizeof r);
   s.r = &r;
@@ -547,7 +553,19 @@ double cost_nodes_time(const Module *m, const CostDevice *d, const Node *const *
   ptrmap_free(&s.uses);
   free(s.ends);
   free(s.carried);
+  return c;
+}
+
+double cost_nodes_time(const Module *m, const CostDevice *d, const Node *const *nodes, int n) {
+  Clock c = nodes_clock(m, d, nodes, n, false);
   return fmax(fmax(c.t, c.host), fmax(fmax(c.chan[0], c.chan[1]), fmax(c.link[0], c.link[1])));
+}
+
+void cost_nodes_clock(const Module *m, const CostDevice *d, const Node *const *nodes, int n, bool full, CostClock *out) {
+  Clock c = nodes_clock(m, d, nodes, n, full);
+  out->t = c.t;
+  out->chan[0] = c.chan[0];
+  out->chan[1] = c.chan[1];
 }
 
 bool cost_pipe(const Module *m, const CostDevice *d, CostPipe *cp) {

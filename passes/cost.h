@@ -165,6 +165,13 @@ void cost_pipe_free(CostPipe *cp);
  * rules as the step's (kernels, blocking collectives, asynchronous ones waited at the end), before
  * or after any pass: the stage pass weighs the layers with it (passes/pipe_balance.c). */
 double cost_nodes_time(const Module *m, const CostDevice *d, const Node *const *nodes, int n);
+/* cost_nodes_time's clock at the end: the compute stream's time and when each communication channel (in node,
+ * across nodes) is free; full: every iteration of each loop simulated instead of two, the rest extrapolated (the
+ * extrapolation's check: tests/passes/test_cost_loop.c). */
+typedef struct {
+  double t, chan[2];
+} CostClock;
+void cost_nodes_clock(const Module *m, const CostDevice *d, const Node *const *nodes, int n, bool full, CostClock *out);
 /* Predicts m's step (after pipeline_run). */
 void cost_estimate(const Module *m, const CostDevice *d, CostReport *r);
 /* `shardc plan --cost`: the prediction and its parts. */

@@ -155,13 +155,38 @@ static void most_all(const PipeBalance *b, double T, int64_t *mw) {
   for (int s = 0; s < b->pp; s++) mw[s] = s > 1 && s < b->pp - 1 ? mw[1] : most_within(b, s, T);
 }
 
+/* The padding past which more fits no more layers (fit_within, fit_within_chunks): at rows (`most`, a chunk's m[c])
+ * of at least every stage's mw each stage starts from its mw layers, and what a layer off saves does not depend on
+ * the rows, so more rows only add their layer bytes to every stage (fewer layers fit): where the rows of the largest
+ * mw did not cover the layers, no larger ones do. INT64_MAX where a layer's bytes are negative (no such bound) or
+ * b->stepwise. */
+static int64_t past_most(const PipeBalance *b, const int64_t *mw, int nv) {
+  int64_t top = 0;
+  for (int k = 0; k < nv; k++) top = mw[k] > top ? mw[k] : top;
+  return b->layer_bytes >= 0 && !b->stepwise ? top : INT64_MAX;
+}
+
+/* The fewest layers r <= most off bytes x, each saving d > 0, that bring it within cap ((double)(x - r d) <= cap,
+ * the comparison the layer-at-a-time loops make); most + 1 where none does. (In one step from the quotient: the
+ * fit searches took them one at a time, a quarter of the 405B search's analytic ranking.) */
+static int64_t fewest_off(int64_t x, int64_t d, double cap, int64_t most) {
+  if ((double)x <= cap) return 0;
+  double q = ceil(((double)x - cap) / (double)d);
+  int64_t r = !(q >= 1) ? 1 : q > (double)most ? most : (int64_t)q;
+  while (r > 1 && (double)(x - (r - 1) * d) <= cap) r--;
+  while (r <= most && (double)(x - r * d) > cap) r++;
+  return r;
+}
+
 /* With the device's memory: the most layers each stage runs within T (mw: most_all's) whose every stage
  * fits cap with its layer stacks padded to `most` (0 on a stage: none fits); their sum. */
 static int64_t fit_within(const PipeBalance *b, const int64_t *mw, int64_t most, int64_t *u) {
   int64_t sum = 0;
   for (int s = 0; s < b->pp; s++) {
-    int64_t k = mw[s];
+    int64_t k = mw[s], d = pipe_balance_stage_bytes(b, s, 1, 0) - pipe_balance_stage_bytes(b, s, 0, 0);
     if (k > most) k = most;
+    if (k >= 1 && d > 0 && !b->stepwise)
+      k -= fewest_off(b->fixed[s] + pipe_balance_stage_bytes(b, s, k, most), d, b->cap, k - 1);
     while (k >= 1 && (double)(b->fixed[s] + pipe_balance_stage_bytes(b, s, k, most)) > b->cap) k--;
     u[s] = k;
     if (!k) return 0;
@@ -188,11 +213,14 @@ static bool split_fitting(const PipeBalance *b, int64_t *n) {
        * depends on T and most alone; Llama-3-405B's search, pp 16: 14 of 16 stages) */
       if (st > 1 && st < pp - 1 && T == pipe_balance_stage_s(b, 1, k)) continue;
       most_all(b, T, mw);
-      for (int64_t most = lo; most <= L - pp + 1; most++)
+      int64_t top = past_most(b, mw, pp);
+      for (int64_t most = lo; most <= L - pp + 1; most++) {
         if (fit_within(b, mw, most, u) >= L) {
           best = T, bmost = most;
           break;
         }
+        if (most >= top) break; /* (past_most: no more padding fits where this did not) */
+      }
     }
   if (best >= 0) {
     most_all(b, best, mw);
@@ -201,6 +229,43 @@ static bool split_fitting(const PipeBalance *b, int64_t *n) {
   }
   free(u);
   return best >= 0;
+}
+
+/* fit_within_chunks' layers off stage s's chunks u (their bytes *x) in one step where each layer off saves the same
+ * d > 0: the fewest that bring *x within cap, each off the chunk with the most (the first of them), as the loop
+ * there takes them one at a time. False where the stage does not fit with one layer a chunk; true, nothing done,
+ * where the savings differ (the loop decides). */
+static bool chunks_off(const PipeBalance *b, int s, int64_t *x, int64_t *u) {
+  int v = b->chunks, pp = b->pp / v;
+  int64_t d = pipe_balance_stage_bytes(b, s, 1, 0) - pipe_balance_stage_bytes(b, s, 0, 0), avail = 0;
+  for (int c = 0; c < v; c++) {
+    int k = c * pp + s;
+    if (pipe_balance_stage_bytes(b, k, 1, 0) - pipe_balance_stage_bytes(b, k, 0, 0) != d) return true;
+    avail += u[k] - 1;
+  }
+  if (!(d > 0) || (double)*x <= b->cap || b->stepwise) return true;
+  int64_t r = fewest_off(*x, d, b->cap, avail);
+  if (r > avail) return false;
+  *x -= r * d;
+  while (r > 0) { /* the chunks with the most, down to the next count (or one less each, the first ones one more) */
+    int64_t top = 0, next = 1, cnt = 0;
+    for (int c = 0; c < v; c++) top = u[c * pp + s] > top ? u[c * pp + s] : top;
+    for (int c = 0; c < v; c++) {
+      int64_t w = u[c * pp + s];
+      cnt += w == top;
+      next = w < top && w > next ? w : next;
+    }
+    if (r >= cnt * (top - next)) {
+      for (int c = 0; c < v; c++) u[c * pp + s] = u[c * pp + s] == top ? next : u[c * pp + s];
+      r -= cnt * (top - next);
+      continue;
+    }
+    int64_t q = r / cnt, rem = r % cnt;
+    for (int c = 0; c < v; c++)
+      if (u[c * pp + s] == top) u[c * pp + s] -= q + (rem-- > 0);
+    r = 0;
+  }
+  return true;
 }
 
 /* Interleaved, with the device's memory: the most layers each virtual stage runs within T, chunk c's
@@ -219,6 +284,7 @@ static int64_t fit_within_chunks(const PipeBalance *b, const int64_t *mw, const 
       if (!u[k]) return 0;
       x += pipe_balance_stage_bytes(b, k, u[k], m[c]);
     }
+    if (!chunks_off(b, s, &x, u)) return 0;
     while ((double)x > b->cap) { /* (a layer off any chunk saves the same: the stage's activations in flight) */
       int w = -1;
       for (int c = 0; c < v; c++)
@@ -239,12 +305,16 @@ static bool fits_at(const PipeBalance *b, double T, int64_t *m, int64_t *u, int6
   int v = b->chunks, nv = b->pp;
   int64_t L = b->layers, hi = L - nv + 1;
   most_all(b, T, mw);
-  for (int64_t P = (L + nv / v - 1) / (nv / v); P <= v * hi; P++)
+  int64_t top = past_most(b, mw, nv);
+  for (int64_t P = (L + nv / v - 1) / (nv / v); P <= v * hi; P++) {
     for (int late = 0; late < 2; late++) {
       if (late && P % v == 0) break;
       for (int c = 0; c < v; c++) m[c] = P / v + (late ? c >= v - P % v : c < P % v);
       if (fit_within_chunks(b, mw, m, u) >= L) return true;
     }
+    /* (past_most: every chunk's rows at least the largest mw, each stage's bytes grow with the rows' sum P alone) */
+    if (P / v >= top) break;
+  }
   return false;
 }
 

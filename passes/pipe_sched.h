@@ -188,6 +188,8 @@ typedef struct PipeBalance {
   double cap;
   int64_t *by_time;          /* [pp]: the split by time alone (then memory as the tie-break) */
   bool fits;                 /* with fixed: some split's every stage fits cap (else split is by_time's) */
+  bool stepwise;             /* the fit searches one padding and one layer at a time, no shortcut (their tests'
+                                reference: tests/passes/test_pp_equiv_sched.c) */
   char source[160];          /* the device's figures (CostDevice.source) */
 } PipeBalance;
 /* Stage st's forward and backward seconds per micro-batch with n layers. */

@@ -2,7 +2,7 @@
  * (split off test_pp_equiv.c): the GPipe/1F1B lists, their bubble (GPipe (pp-1)/(M+pp-1)), 1F1B's in-flight
  * bound (pp - s on stage s), interleaved's and zb's smaller bubbles (zb within 1F1B's memory), zb's lists made
  * with given stage times, hand-written bad schedules rejected naming the stage, rank, step and instruction,
- * and pipe_balance_split's splits worked out by hand.
+ * and pipe_balance_split's splits worked out by hand, its fit searches' shortcuts against their stepwise reference.
  */
 #include <math.h>
 #include <stdio.h>
@@ -162,9 +162,68 @@ static void check_balance(void) {
   expect(!pipe_balance_split(&b, n), "balanced: no split of 3 layers over 4 stages");
 }
 
+/* The fit searches' shortcuts (passes/pipe_balance.c: past_most's end of the padding scan, fewest_off's and
+ * chunks_off's layers off in one step) give the splits of their one-at-a-time reference (PipeBalance.stepwise):
+ * 3000 random balances of 2-8 stages x 1-3 chunks, 1-96 layers over them, each stage's fixed bytes and the
+ * capacity drawn around the stages' bytes (some fit splits, some none), the chunks' in-flight counts equal per
+ * stage (the planner's: chunks_off's path) or not (the loop's). */
+static uint64_t rnd_state = 88172645463325252ull;
+static uint64_t rnd(uint64_t n) {
+  rnd_state ^= rnd_state << 13, rnd_state ^= rnd_state >> 7, rnd_state ^= rnd_state << 17;
+  return rnd_state % n;
+}
+
+static void check_balance_fit(void) {
+  int same = 0, fitted = 0, none = 0, moved = 0;
+  for (int i = 0; i < 3000; i++) {
+    int pp = 2 + (int)rnd(7), v = 1 + (int)rnd(3), nv = pp * v, infl[RT_MAX_STAGES];
+    int64_t fixed[8], by_time[RT_MAX_STAGES], fast[RT_MAX_STAGES], ref[RT_MAX_STAGES];
+    bool equal = rnd(4) != 0;
+    for (int k = 0; k < nv; k++) infl[k] = equal && k >= pp ? infl[k % pp] : 1 + (int)rnd(2 * pp);
+    PipeBalance b = {.pp = nv, .chunks = v, .layers = nv + (int64_t)rnd(96), .layer_f = 1 + (double)rnd(100) / 50,
+                     .layer_b = 2 + (double)rnd(100) / 25, .first_f = (double)rnd(100) / 20,
+                     .first_b = (double)rnd(100) / 40, .last_f = (double)rnd(100) / 10, .layer_act = 1 + (int64_t)rnd(1000),
+                     .first_act = (int64_t)rnd(2000), .last_act = (int64_t)rnd(4000),
+                     .layer_bytes = (int64_t)rnd(3000), .inflight = infl};
+    bool ok = pipe_balance_split(&b, by_time);
+    if (!ok) continue;
+    /* the stages' bytes at the time split, the capacity between 0.5 and 1.3 of the largest */
+    int64_t top = 0;
+    for (int s = 0; s < pp; s++) {
+      fixed[s] = (int64_t)rnd(20000);
+      b.fixed = fixed;
+      int64_t x = pipe_balance_rank_bytes(&b, by_time, s);
+      top = x > top ? x : top;
+    }
+    b.cap = (double)top * (0.5 + (double)rnd(800) / 1000);
+    bool okf = pipe_balance_split(&b, fast);
+    b.stepwise = true;
+    bool okr = pipe_balance_split(&b, ref);
+    bool eq = okf == okr && (!okf || !memcmp(fast, ref, (size_t)nv * sizeof *fast));
+    same += eq;
+    if (!eq) {
+      fprintf(stderr, "  fit split %d (pp %d x %d chunks, %lld layers, cap %.0f): shortcuts", i, pp, v,
+              (long long)b.layers, b.cap);
+      for (int k = 0; k < nv; k++) fprintf(stderr, " %lld", (long long)fast[k]);
+      fprintf(stderr, ", stepwise");
+      for (int k = 0; k < nv; k++) fprintf(stderr, " %lld", (long long)ref[k]);
+      fprintf(stderr, "\n");
+    }
+    bool fits = pipe_balance_fits(&b, ref);
+    fitted += fits;
+    none += !fits;
+    moved += fits && memcmp(ref, by_time, (size_t)nv * sizeof *ref) != 0;
+  }
+  fprintf(stderr, "  fit splits: %d the same as the stepwise search's (%d fit, %d of them not the time split; %d none)\n",
+          same, fitted, moved, none);
+  expect(same == fitted + none, "balanced fit: the shortcuts' splits are the stepwise search's");
+  expect(moved > 100 && none > 100, "balanced fit: the draws cover splits moved by memory and splits that cannot fit");
+}
+
 int main(void) {
   check_schedules();
   check_balance();
+  check_balance_fit();
   if (failures) fprintf(stderr, "%d failure(s)\n", failures);
   else fprintf(stderr, "pipeline schedules and balanced splits: all checks passed\n");
   return failures ? 1 : 0;
