@@ -629,8 +629,12 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       if (own && l->stage < RT_MAX_STAGES && x > stage_x[l->stage]) stage_x[l->stage] = x;
     }
     if (own) peak_x = most;
-    if (n && nv > c->pp && stage_tot && lst * ulay > 0) /* interleaved uneven: each stage's loads with its own chunks' */
-      peak_x = pp_stage_loads_v(pr, n, nv, c->pp, A / (lst * ulay), S / (lst * ulay), H, head, pend, per_p + per_o + cv4, stage_x);
+    if (n && nv > c->pp && lst * ulay > 0) { /* interleaved uneven: each stage's loads with its own chunks' (each chunk's
+                                             * forwards in flight with its layers), the peak the most loaded stage's */
+      int at;
+      peak_x = pp_stage_loads_v(pr, n, nv, c->pp, A / (lst * ulay), S / (lst * ulay), H, head, pend, per_p + per_o + cv4, stage_x, &at);
+      if (at >= 0) most = peak_x, peak = &pr->load[at];
+    }
     if (peak) {
       double held = p_layer * rows + peak->first * pend[0] + peak->last * pend[1];
       most -= (peak->first * pend[0] + peak->last * pend[1]) * (per_p + per_o);
