@@ -247,12 +247,33 @@ static int64_t fit_within_chunks(const PipeBalance *b, const int64_t *mw, const 
       if (u[k] > m[c]) u[k] = m[c];
       if (!u[k]) return 0;
     }
-    while ((double)(b->fixed[s] + chunks_bytes(b, s, u, m)) > b->cap) { /* (off its largest chunk first) */
+    /* off its largest chunk first, a layer at a time: each of the stage's peaks (b->cload) less that chunk's
+     * forwards there, a layer's each (without them its inflight); the stacks (m) stay */
+    int nl = b->cload ? b->ncload[s] : 0;
+    int64_t x = b->fixed[s] + chunks_bytes(b, s, u, m), y[PIPE_LOADS], top = 0, rest = x;
+    for (int i = 0; i < nl; i++) {
+      const int *l = b->cload + ((size_t)s * PIPE_LOADS + (size_t)i) * (size_t)v;
+      y[i] = 0;
+      for (int c = 0; c < v; c++) y[i] += (int64_t)l[c] * stage_act(b, c * pp + s, u[c * pp + s]);
+      top = y[i] > top ? y[i] : top;
+    }
+    rest -= top; /* (x: rest + the most of y) */
+    while ((double)x > b->cap) {
       int w = -1;
       for (int c = 0; c < v; c++)
         if (u[c * pp + s] > 1 && (w < 0 || u[c * pp + s] > u[w * pp + s])) w = c;
       if (w < 0) return 0;
       u[w * pp + s]--;
+      if (!nl) {
+        x -= (int64_t)b->inflight[w * pp + s] * b->layer_act;
+        continue;
+      }
+      top = 0;
+      for (int i = 0; i < nl; i++) {
+        y[i] -= (int64_t)b->cload[((size_t)s * PIPE_LOADS + (size_t)i) * (size_t)v + (size_t)w] * b->layer_act;
+        top = y[i] > top ? y[i] : top;
+      }
+      x = rest + top;
     }
     for (int c = 0; c < v; c++) sum += u[c * pp + s];
   }
