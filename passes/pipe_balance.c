@@ -33,9 +33,31 @@ double pipe_balance_stage_s(const PipeBalance *b, int st, int64_t n) {
          (st == b->pp - 1 ? b->last_f : 0);
 }
 
+/* What one forward of (virtual) stage st with n layers keeps for its backward. */
+static int64_t stage_act(const PipeBalance *b, int st, int64_t n) {
+  return n * b->layer_act + (st == 0 ? b->first_act : 0) + (st == b->pp - 1 ? b->last_act : 0);
+}
+
 int64_t pipe_balance_stage_bytes(const PipeBalance *b, int st, int64_t n, int64_t most) {
-  int64_t act = n * b->layer_act + (st == 0 ? b->first_act : 0) + (st == b->pp - 1 ? b->last_act : 0);
-  return (int64_t)b->inflight[st] * act + most * b->layer_bytes;
+  return (int64_t)b->inflight[st] * stage_act(b, st, n) + most * b->layer_bytes;
+}
+
+/* Interleaved: stage s's bytes with n[c pp + s] layers on its chunk c, chunk c's stacks padded to m[c]: the
+ * stacks, and the activations of its chunks' forwards in flight, at the most of its peaks (b->cload: each
+ * chunk's forwards held there, each with its own layers); without them each chunk's inflight[k] forwards.
+ * (Shared alike, a chunk larger than the others was under-counted: tiny's [1, 3, 2, 2] on stage 1 predicted
+ * 21.49 MiB, planned 23.50: its 3-layer chunk 0 holds 3 forwards, its chunk 1 none, at the peak.) */
+static int64_t chunks_bytes(const PipeBalance *b, int s, const int64_t *n, const int64_t *m) {
+  int v = b->chunks, pp = b->pp / v, nl = b->cload ? b->ncload[s] : 0;
+  int64_t x = 0, top = 0;
+  for (int c = 0; c < v; c++) x += nl ? m[c] * b->layer_bytes : pipe_balance_stage_bytes(b, c * pp + s, n[c * pp + s], m[c]);
+  for (int i = 0; i < nl; i++) {
+    const int *l = b->cload + ((size_t)s * PIPE_LOADS + (size_t)i) * (size_t)v;
+    int64_t y = 0;
+    for (int c = 0; c < v; c++) y += (int64_t)l[c] * stage_act(b, c * pp + s, n[c * pp + s]);
+    top = y > top ? y : top;
+  }
+  return x + top;
 }
 
 /* The most layers stage st runs within T (0: not even one). */
@@ -54,12 +76,20 @@ static int64_t most_within(const PipeBalance *b, int st, double T) {
 int64_t pipe_balance_rank_bytes(const PipeBalance *b, const int64_t *n, int s) {
   int v = b->chunks > 1 ? b->chunks : 1, pp = b->pp / v;
   int64_t x = b->fixed ? b->fixed[s] : 0;
-  for (int c = 0; c < v; c++) {
-    int64_t m = 0; /* chunk c's rows (without chunks: the largest stage's count) */
-    for (int o = 0; o < pp; o++) m = n[c * pp + o] > m ? n[c * pp + o] : m;
-    x += pipe_balance_stage_bytes(b, c * pp + s, n[c * pp + s], m);
+  if (v > 1) {
+    int64_t *m = malloc((size_t)v * sizeof *m);
+    if (!m) die("out of memory");
+    for (int c = 0; c < v; c++) { /* chunk c's rows: the largest chunk c's */
+      m[c] = 0;
+      for (int o = 0; o < pp; o++) m[c] = n[c * pp + o] > m[c] ? n[c * pp + o] : m[c];
+    }
+    x += chunks_bytes(b, s, n, m);
+    free(m);
+    return x;
   }
-  return x;
+  int64_t m = 0; /* (the largest stage's count) */
+  for (int o = 0; o < pp; o++) m = n[o] > m ? n[o] : m;
+  return x + pipe_balance_stage_bytes(b, s, n[s], m);
 }
 
 /* The peak over the stages of their memory with n[s] layers on stage s (with b->fixed: each stage's
@@ -276,23 +306,40 @@ static int64_t fit_within_chunks(const PipeBalance *b, const int64_t *mw, const 
   int v = b->chunks, pp = b->pp / v;
   int64_t sum = 0;
   for (int s = 0; s < pp; s++) {
-    int64_t x = b->fixed[s];
     for (int c = 0; c < v; c++) {
       int k = c * pp + s;
       u[k] = mw[k];
       if (u[k] > m[c]) u[k] = m[c];
       if (!u[k]) return 0;
-      x += pipe_balance_stage_bytes(b, k, u[k], m[c]);
     }
-    if (!chunks_off(b, s, &x, u)) return 0;
-    while ((double)x > b->cap) { /* (a layer off any chunk saves the same: the stage's activations in flight) */
+    /* off its largest chunk first, a layer at a time: each of the stage's peaks (b->cload) less that chunk's
+     * forwards there, a layer's each (without them its inflight); the stacks (m) stay */
+    int nl = b->cload ? b->ncload[s] : 0;
+    int64_t x = b->fixed[s] + chunks_bytes(b, s, u, m), y[PIPE_LOADS], top = 0, rest = x;
+    for (int i = 0; i < nl; i++) {
+      const int *l = b->cload + ((size_t)s * PIPE_LOADS + (size_t)i) * (size_t)v;
+      y[i] = 0;
+      for (int c = 0; c < v; c++) y[i] += (int64_t)l[c] * stage_act(b, c * pp + s, u[c * pp + s]);
+      top = y[i] > top ? y[i] : top;
+    }
+    rest -= top; /* (x: rest + the most of y) */
+    if (!nl && !chunks_off(b, s, &x, u)) return 0; /* (each layer off any chunk saves the same there) */
+    while ((double)x > b->cap) {
       int w = -1;
       for (int c = 0; c < v; c++)
         if (u[c * pp + s] > 1 && (w < 0 || u[c * pp + s] > u[w * pp + s])) w = c;
       if (w < 0) return 0;
-      int k = w * pp + s;
-      x -= pipe_balance_stage_bytes(b, k, u[k], m[w]) - pipe_balance_stage_bytes(b, k, u[k] - 1, m[w]);
-      u[k]--;
+      u[w * pp + s]--;
+      if (!nl) {
+        x -= (int64_t)b->inflight[w * pp + s] * b->layer_act;
+        continue;
+      }
+      top = 0;
+      for (int i = 0; i < nl; i++) {
+        y[i] -= (int64_t)b->cload[((size_t)s * PIPE_LOADS + (size_t)i) * (size_t)v + (size_t)w] * b->layer_act;
+        top = y[i] > top ? y[i] : top;
+      }
+      x = rest + top;
     }
     for (int c = 0; c < v; c++) sum += u[c * pp + s];
   }
@@ -522,6 +569,11 @@ PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp, int
     pipe_sched_inflight(&s, inf);
     for (int k = 0; k < nv; k++) b->inflight[k] = (inf[k % pp] + v - 1) / v;
     free(inf);
+    if (v > 1 && v <= PIPE_LOAD_CHUNKS) { /* (each chunk's forwards held at the stage's peaks) */
+      int *cl = ARENA_ARRAY(m->arena, int, (size_t)pp * PIPE_LOADS * (size_t)v), *ncl = ARENA_ARRAY(m->arena, int, pp);
+      for (int st = 0; st < pp; st++) ncl[st] = pipe_sched_chunk_loads(&s, st, cl + (size_t)st * PIPE_LOADS * (size_t)v);
+      b->cload = cl, b->ncload = ncl;
+    }
     pipe_sched_free(&s);
   }
   snprintf(b->source, sizeof b->source, "%s", d.source);

@@ -377,6 +377,35 @@ void pipe_sched_inflight(const PipeSched *s, int *inflight) {
   }
 }
 
+int pipe_sched_chunk_loads(const PipeSched *s, int st, int *out) {
+  int v = s->v > 1 ? s->v : 1, n = 0, cur[PIPE_LOAD_CHUNKS] = {0};
+  if (v > PIPE_LOAD_CHUNKS) return 0;
+  for (int k = 0; k < s->len[st]; k++) {
+    PipeInstr in = s->list[st][k];
+    if (in.op == (s->kind == SCHED_ZB ? 'W' : 'B')) cur[in.chunk]--;
+    if (in.op != 'F') continue;
+    cur[in.chunk]++;
+    bool below = false; /* (dominated by one kept) */
+    for (int i = 0; i < n && !below; i++) {
+      below = true;
+      for (int c = 0; c < v; c++) below = below && out[i * v + c] >= cur[c];
+    }
+    if (below) continue;
+    int m = 0;
+    for (int i = 0; i < n; i++) { /* (those it dominates dropped) */
+      bool over = true;
+      for (int c = 0; c < v; c++) over = over && cur[c] >= out[i * v + c];
+      if (!over) memmove(out + m++ * v, out + i * v, (size_t)v * sizeof *out);
+    }
+    n = m;
+    bool full = n == PIPE_LOADS; /* (then the last one is the most of it and this) */
+    if (full) n--;
+    for (int c = 0; c < v; c++) out[n * v + c] = full && out[n * v + c] > cur[c] ? out[n * v + c] : cur[c];
+    n++;
+  }
+  return n;
+}
+
 double pipe_sched_play(const PipeSched *s, const PipeTimes *t, double *bubble, double *const *start, double *stage_end) {
   int total = 0;
   for (int st = 0; st < s->pp; st++) total += s->len[st];

@@ -110,6 +110,14 @@ void pipe_times_free(const PipeSched *s, PipeTimes *t);
 
 /* The most micro-batches each stage holds activations for at once (held from F to B; zb: to W). */
 void pipe_sched_inflight(const PipeSched *s, int *inflight);
+/* Interleaved: the forwards of each chunk stage st holds at once (held as pipe_sched_inflight's), at the positions
+ * that may be its memory's peak: the Pareto set over its list of the per-chunk counts after each forward, at most
+ * PIPE_LOADS vectors of s->v counts into out[i * s->v + c] (beyond it, the last is the componentwise most of the
+ * rest: never under); returns their number (0 where s->v > PIPE_LOAD_CHUNKS). A stage's chunks hold unequal
+ * shares: tiny's pp 2 x 2, 8 micro-batches, stage 1 holds 3 forwards of chunk 0 (warm-up and the first steady
+ * forwards) and at most 3 in all, where pipe_sched_inflight's 3 shared among the chunks is 2 each. */
+enum { PIPE_LOADS = 32, PIPE_LOAD_CHUNKS = 8 };
+int pipe_sched_chunk_loads(const PipeSched *s, int st, int *out);
 
 /* pipe_sched_play with one time per stage and kind: forward tf[s], backward tb[s], W tw[s] (zb;
  * NULL otherwise), transfers free: returns the makespan; *bubble, inflight[s] (may be NULL; as
@@ -180,6 +188,9 @@ typedef struct PipeBalance {
   int64_t layer_bytes;       /* one layer's parameters, their gradients and optimizer states (every stage
                                 holds the largest stage's count of them: its stacks are padded to it) */
   int *inflight;             /* [pp]: the most micro-batches the schedule holds on each stage */
+  /* interleaved: the forwards of each chunk stage s holds at its possible peaks (pipe_sched_chunk_loads):
+   * ncload[s] vectors of chunks counts at cload + s * PIPE_LOADS * chunks; NULL (or none): inflight[k] each */
+  const int *cload, *ncload;
   int64_t *split;            /* [pp]: the balanced split; NULL: none (fewer layers than stages) */
   /* against the device's memory (Plan.stage_fixed, stage_cap): fixed[s] + pipe_balance_stage_bytes
    * is stage s's planned bytes by the model calibrated on the time-balanced split's memory plan */

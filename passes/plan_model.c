@@ -418,6 +418,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
                            lst / (c->sched == SCHED_INTERLEAVED ? c->v : 1), &copy_s, &bcopy_s, &flat, &gather_pt);
     if (c->pp > 1) gather += flat;
   }
+  /* (the packed f32 gradient of coalesced scatters in `flat`: the backward loops', beside the gathers' whole) */
+  double packed = flat - (copy_s > 0 ? p_layer * cb / 4 : 0);
   /* The deferred waits (`defer`: zero_defers_scatters and zero_defer_taken, plan_model_estimate; ZeRO-2/3,
    * under pp in the stages' B loops too): a backward layer loop's scatters waited in the next iteration, their f32 inputs live through the
    * whole body (passes/memplan_defer.c). A body makes its layer's gradients as it frees the layer's
@@ -432,12 +434,14 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * (made at the body's end): a layer (tp 2 `coalesce on`: +2.3-2.4 GiB over the plan without, which is
    * +5.5 over `coalesce off`); under pp `flat` counts it beside the stages' loops already, so the
    * deferral adds min(p_layer, freed) there too (Llama-3-405B dp 128 pp 2 1f1b cp 2 z3, compiled with the
-   * deferral over `defer_waits off`: tp 4+sp +1.3 GiB, tp 2+sp cp 4 +1.8; the whole layer: 3.0 and 5.9) */
+   * deferral over `defer_waits off`: tp 4+sp +1.3 GiB, tp 2+sp cp 4 +1.8; the whole layer: 3.0 and 5.9).
+   * zb's W loop (its weight-gradient GEMMs alone) frees no layer's activations as it makes the gradients: its
+   * deferred input is the packed gradient `flat` counts, as pp 1's is (Llama-3-8B dp 256 tp 2+sp pp 4 zb z3, the
+   * last stage's W body compiled: 944 MiB deferred, 832 not, two 416 MiB layers' f32 gradients) */
   if (defer) {
     double freed = unit * (c->sp || tp == 1 ? act_units[RECOMPUTE_NONE] / tp
                                             : act_units[RECOMPUTE_NONE] / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
-    bool packed = flat - (copy_s > 0 ? p_layer * cb / 4 : 0) > 0;
-    e->cls[MEM_GRAD] += packed && c->pp <= 1 ? p_layer : fmin(p_layer, freed);
+    e->cls[MEM_GRAD] += packed > 0 && c->pp <= 1 ? p_layer : packed > 0 && zb ? 0 : fmin(p_layer, freed);
   }
   /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3:
    * zero_defers_scatters, the decision passes/zero_defer.c takes; under pp the stages' B, zb: W, loops,
@@ -625,8 +629,12 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       if (own && l->stage < RT_MAX_STAGES && x > stage_x[l->stage]) stage_x[l->stage] = x;
     }
     if (own) peak_x = most;
-    if (n && nv > c->pp && stage_tot && lst * ulay > 0) /* interleaved uneven: each stage's loads with its own chunks' */
-      peak_x = pp_stage_loads_v(pr, n, nv, c->pp, A / (lst * ulay), S / (lst * ulay), H, head, pend, per_p + per_o + cv4, stage_x);
+    if (n && nv > c->pp && lst * ulay > 0) { /* interleaved uneven: each stage's loads with its own chunks' (each chunk's
+                                             * forwards in flight with its layers), the peak the most loaded stage's */
+      int at;
+      peak_x = pp_stage_loads_v(pr, n, nv, c->pp, A / (lst * ulay), S / (lst * ulay), H, head, pend, per_p + per_o + cv4, stage_x, &at);
+      if (at >= 0) most = peak_x, peak = &pr->load[at];
+    }
     if (peak) {
       double held = p_layer * rows + peak->first * pend[0] + peak->last * pend[1];
       most -= (peak->first * pend[0] + peak->last * pend[1]) * (per_p + per_o);
@@ -640,6 +648,16 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * past the chunks' and stages' row slices), so it holds no whole copy */
     bool whole = c->zero < 3;
     double wcopy = cb < 4 && whole ? p_layer * rows * cb / 4 : 0;
+    /* zb: the layer loops' ZeRO-3 gathers (F's, B's) and the loop making the layers' f32 gradients (W's: the
+     * unreduced layer, the deferred one, the packed one) run at different positions of the same loads (B's end
+     * holds what W's start does): the peak holds the larger of the two, not both (Llama-3-8B dp 256 tp 2+sp
+     * pp 4 zb z3, the last stage compiled: inside B4 the loads and 690 MiB of gathered weights and B's work,
+     * inside W1 the same loads, less what B freed, and 944 MiB of gradients; the model had 1040 + 853 MiB) */
+    double gw = packed > 0 ? packed : 0; /* (the gradients' part of `gather`) */
+    if (zb && c->zero >= 3 && gather > gw) {
+      double wx = e->cls[MEM_GRAD] - p_rank / zd2 + gw; /* W's: the layer terms of MEM_GRAD and the packed one */
+      gather = gw + fmax(0, gather - gw - wx);
+    }
     e->cls[MEM_ACT] = most + copies + gather + wcopy;
   } else {
     /* without the persistent copies under bf16 (zero < 3): one layer's weights cast at a time (passes/wcast.c) */

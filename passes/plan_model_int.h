@@ -11,6 +11,7 @@ typedef struct {
   int last;              /* the last stage's (it holds the logits) */
   int first;             /* the first stage's (it holds the embedding tables) */
   int stage;             /* the stage's (uneven stages: priced with its own layers) */
+  short ac[PIPE_LOAD_CHUNKS]; /* interleaved: of a, each chunk's forwards (uneven chunks: each with its layers) */
 } PpLoad;
 typedef struct PpPlay {
   double key[PP_KEYS];    /* the stage times the lists were played with, over a middle stage's F (pp_key) */
@@ -26,6 +27,7 @@ struct PpProfile {
   PipeStep *order;        /* pipe_sched_check's order of them */
   PpLoad *load;
   int *inflight;          /* [pp]: the most micro-batches in flight per stage (pipe_sched_inflight) */
+  int *cload, *ncload;    /* interleaved: each chunk's forwards at each stage's peaks (PipeBalance.cload); else NULL */
   PpPlay *plays;          /* the lists played with the times met */
   struct PpProfile *next;
 };
@@ -46,11 +48,12 @@ void pp_splits_free(PlanModel *pm);
 bool plan_model_balance_fit(PlanModel *pm, const struct PlanCand *c, const PlanEstimate *e, const double *tot,
                             double frag, double cap, int64_t *n);
 /* Interleaved uneven stages (n[nv], nv = pp x chunks): each stage's heaviest load of pr's, its activations (a
- * layer's of one micro-batch a, zb's hold s) with the stage's chunks' mean layers, the head's gradient h,
+ * layer's of one micro-batch over the chunks, a; each chunk's forwards in flight with its own layers), zb's hold s
+ * with the stage's chunks' mean layers, the head's gradient h,
  * the head's activations head and the end stages' parameters ends[2] x their bytes per element pe, into
- * x[pp]; the largest of them. (plan_model_balance_fit's per-stage bytes; plan_model_pp.c) */
+ * x[pp]; the largest of them, *peak its load's index. (plan_model_balance_fit's per-stage bytes; plan_model_pp.c) */
 double pp_stage_loads_v(const struct PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h,
-                        double head, const double *ends, double pe, double *x);
+                        double head, const double *ends, double pe, double *x, int *peak);
 /* zb: what B hands W a layer, in hidden states per token on a rank (tp, sp as the plan has them), and
  * under recompute r what B's recompute made that W reads (plan_model_pp.c says how each is counted). */
 double zb_handoff_units(const PlanModel *pm, double tp, bool sp);

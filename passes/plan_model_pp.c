@@ -30,15 +30,21 @@ typedef struct {
   int n, cap;
 } LoadSet;
 
+static bool chunks_ge(const PpLoad *x, const PpLoad *y) {
+  for (int c = 0; c < PIPE_LOAD_CHUNKS; c++)
+    if (x->ac[c] < y->ac[c]) return false;
+  return true;
+}
+
 static void pareto_add(LoadSet *p, PpLoad x) {
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->v[i];
-    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->last >= x.last && y->first >= x.first) return;
+    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->last >= x.last && y->first >= x.first && chunks_ge(y, &x)) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->v[i];
-    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.last >= y->last && x.first >= y->first))
+    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.last >= y->last && x.first >= y->first && chunks_ge(&x, y)))
       p->v[k++] = *y;
   }
   p->n = k;
@@ -142,9 +148,10 @@ static void pp_loads(PpProfile *p, const double *key) {
   int *a = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
   int *bw = calloc((size_t)pp, sizeof(int));
   char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held */
+  short *ac = calloc((size_t)pp * PIPE_LOAD_CHUNKS, sizeof *ac); /* [stage][chunk]: its forwards held */
   LoadSet *set = calloc((size_t)pp, sizeof *set);
   char msg[256];
-  if (!order || !a || !left || !hm || !bw || !set) die("plan model: out of memory");
+  if (!order || !a || !left || !hm || !bw || !set || !ac) die("plan model: out of memory");
   bool zb = kind == SCHED_ZB;
   if (pipe_sched_check(&s, 1, order, msg, sizeof msg)) {
     int last = pp * s.v - 1, h = 0, done = 0;
@@ -154,18 +161,23 @@ static void pp_loads(PpProfile *p, const double *key) {
       PipeInstr in = s.list[st][order[k].step];
       int vs = in.chunk * pp + st;
       bool all = false; /* every stage's load changed */
+      int ch = in.chunk < PIPE_LOAD_CHUNKS ? in.chunk : PIPE_LOAD_CHUNKS - 1; /* (beyond: the last's, never priced) */
       if (in.op == 'F') {
-        a[st]++;
+        a[st]++, ac[st * PIPE_LOAD_CHUNKS + ch]++;
         if (vs == last) h++, hm[in.mb]++, all = true;
       } else if (in.op == 'B') {
-        if (!zb) a[st]--;
+        if (!zb) a[st]--, ac[st * PIPE_LOAD_CHUNKS + ch]--;
         else bw[st]++;
         if (vs == 0) h++, hm[in.mb]++, all = true;
       } else {
-        a[st]--, bw[st]--;
+        a[st]--, bw[st]--, ac[st * PIPE_LOAD_CHUNKS + ch]--;
       }
       left[in.mb]--;
-      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(&set[q], (PpLoad){a[q], bw[q], h, q == pp - 1, q == 0, q});
+      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) {
+        PpLoad l = {a[q], bw[q], h, q == pp - 1, q == 0, q, {0}};
+        if (s.v > 1) memcpy(l.ac, ac + q * PIPE_LOAD_CHUNKS, sizeof l.ac); /* (else one chunk: a) */
+        pareto_add(&set[q], l);
+      }
       while (done < M && left[done] == 0) h -= hm[done++]; /* the head's and embedding's gradients merged */
     }
   }
@@ -179,9 +191,15 @@ static void pp_loads(PpProfile *p, const double *key) {
   free(set);
   if (!(p->inflight = calloc((size_t)pp, sizeof(int)))) die("plan model: out of memory");
   pipe_sched_inflight(&s, p->inflight);
+  if (s.v > 1 && s.v <= PIPE_LOAD_CHUNKS) { /* (the balance's: passes/pipe_balance.c) */
+    p->cload = malloc((size_t)pp * PIPE_LOADS * (size_t)s.v * sizeof *p->cload);
+    p->ncload = malloc((size_t)pp * sizeof *p->ncload);
+    if (!p->cload || !p->ncload) die("plan model: out of memory");
+    for (int st = 0; st < pp; st++) p->ncload[st] = pipe_sched_chunk_loads(&s, st, p->cload + (size_t)st * PIPE_LOADS * (size_t)s.v);
+  }
   if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
   else free(order);
-  free(a), free(left), free(hm), free(bw);
+  free(a), free(left), free(hm), free(bw), free(ac);
 }
 
 /* The lists of a schedule as the pipe pass makes them (pp_lists), their loads in flight (kept by
@@ -224,6 +242,7 @@ void pp_profiles_free(PlanModel *pm) {
     free(p->order);
     free(p->load);
     free(p->inflight);
+    free(p->cload), free(p->ncload);
     free(p);
   }
   pm->profiles = NULL;
@@ -303,11 +322,11 @@ static const PpProfile *balance_figures(PlanModel *pm, const PlanCand *c, const 
 
 /* The balance (passes/pipe_balance.c) on the figures (seconds in units of a layer's F + B, bytes of 2^20 per
  * layer's activations). */
-static PipeBalance balance_of(const PlanModel *pm, const double *fig, int nv, int v, int *infv) {
+static PipeBalance balance_of(const PlanModel *pm, const double *fig, int nv, int v, int *infv, const PpProfile *pr) {
   return (PipeBalance){.pp = nv, .chunks = v, .layers = pm->layers, .layer_f = fig[0], .layer_b = 1 - fig[0],
                        .first_f = fig[1], .first_b = fig[2], .last_f = fig[3], .layer_act = 1 << 20,
                        .last_act = (int64_t)(fig[4] * (1 << 20)), .layer_bytes = (int64_t)(fig[5] * (1 << 20)),
-                       .inflight = infv};
+                       .inflight = infv, .cload = v > 1 ? pr->cload : NULL, .ncload = v > 1 ? pr->ncload : NULL};
 }
 
 static bool balance_ok(const PlanModel *pm, const PlanCand *c, const PlanEstimate *e) {
@@ -332,7 +351,7 @@ bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e,
     *q = (PpSplit){.lists = pr, .nv = nv, .next = *slot};
     memcpy(q->fig, fig, sizeof fig);
     *slot = q;
-    PipeBalance b = balance_of(pm, fig, nv, v, infv);
+    PipeBalance b = balance_of(pm, fig, nv, v, infv, pr);
     b.split = q->n;
     q->ok = pipe_balance_split(&b, q->n);
     if (q->ok && pm->layers % nv == 0) {
@@ -356,8 +375,8 @@ bool plan_model_balance_fit(PlanModel *pm, const PlanCand *c, const PlanEstimate
   if (!(tot[top] > 0) || (tot[top] * frag <= cap && (top != 0 || v > 1))) return false; /* (as pipe_balance_calibrate) */
   double fig[SPLIT_FIG];
   int infv[RT_MAX_STAGES];
-  balance_figures(pm, c, e, fig, infv);
-  PipeBalance b = balance_of(pm, fig, nv, v, infv);
+  const PpProfile *pr = balance_figures(pm, c, e, fig, infv);
+  PipeBalance b = balance_of(pm, fig, nv, v, infv, pr);
   double unit = (double)(1 << 20) / e->bal_act; /* (bytes to the balance's) */
   int64_t fixed[RT_MAX_STAGES], f[RT_MAX_STAGES];
   for (int s = 0; s < pp; s++) fixed[s] = (int64_t)(tot[s] * frag * unit) - pipe_balance_rank_bytes(&b, n, s);
@@ -385,17 +404,22 @@ bool plan_model_balance_fit(PlanModel *pm, const PlanCand *c, const PlanEstimate
 }
 
 double pp_stage_loads_v(const PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h, double head,
-                        const double *ends, double pe, double *x) {
+                        const double *ends, double pe, double *x, int *peak) {
   double top = 0;
+  int v = nv / pp;
+  *peak = -1;
   for (int st = 0; st < pp; st++) x[st] = 0;
   for (int i = 0; i < pr->n; i++) {
     const PpLoad *l = &pr->load[i];
-    double lay = 0; /* the stage's layers over its chunks (a, s: a layer's over the chunks) */
+    double lay = 0, fw = 0; /* the stage's layers over its chunks (a, s: a layer's over the chunks); its forwards' */
     if (l->stage < 0 || l->stage >= pp) continue;
-    for (int k = l->stage; k < nv; k += pp) lay += (double)n[k];
-    double y = l->a * a * lay + l->b * s * lay + l->h * h + l->last * head + (l->first * ends[0] + l->last * ends[1]) * pe;
+    for (int k = l->stage, c = 0; k < nv; k += pp, c++) {
+      lay += (double)n[k];
+      fw += (v > 1 && v <= PIPE_LOAD_CHUNKS ? l->ac[c] * v : (double)l->a) * (double)n[k]; /* (a: over the v chunks) */
+    }
+    double y = a * fw + l->b * s * lay + l->h * h + l->last * head + (l->first * ends[0] + l->last * ends[1]) * pe;
     x[l->stage] = y > x[l->stage] ? y : x[l->stage];
-    top = y > top ? y : top;
+    if (y > top || *peak < 0) top = y, *peak = i;
   }
   return top;
 }
