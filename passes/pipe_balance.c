@@ -261,23 +261,10 @@ static bool split_fitting(const PipeBalance *b, int64_t *n) {
   return best >= 0;
 }
 
-/* fit_within_chunks' layers off stage s's chunks u (their bytes *x) in one step where each layer off saves the same
- * d > 0: the fewest that bring *x within cap, each off the chunk with the most (the first of them), as the loop
- * there takes them one at a time. False where the stage does not fit with one layer a chunk; true, nothing done,
- * where the savings differ (the loop decides). */
-static bool chunks_off(const PipeBalance *b, int s, int64_t *x, int64_t *u) {
-  int v = b->chunks, pp = b->pp / v;
-  int64_t d = pipe_balance_stage_bytes(b, s, 1, 0) - pipe_balance_stage_bytes(b, s, 0, 0), avail = 0;
-  for (int c = 0; c < v; c++) {
-    int k = c * pp + s;
-    if (pipe_balance_stage_bytes(b, k, 1, 0) - pipe_balance_stage_bytes(b, k, 0, 0) != d) return true;
-    avail += u[k] - 1;
-  }
-  if (!(d > 0) || (double)*x <= b->cap || b->stepwise) return true;
-  int64_t r = fewest_off(*x, d, b->cap, avail);
-  if (r > avail) return false;
-  *x -= r * d;
-  while (r > 0) { /* the chunks with the most, down to the next count (or one less each, the first ones one more) */
+/* Stage s's chunks u after r layers off them one at a time, each off the chunk with the most (the first of
+ * them): the chunks with the most down to the next count, else one less each, the first ones one more. */
+static void chunks_level(int v, int pp, int s, int64_t *u, int64_t r) {
+  while (r > 0) {
     int64_t top = 0, next = 1, cnt = 0;
     for (int c = 0; c < v; c++) top = u[c * pp + s] > top ? u[c * pp + s] : top;
     for (int c = 0; c < v; c++) {
@@ -295,6 +282,34 @@ static bool chunks_off(const PipeBalance *b, int s, int64_t *x, int64_t *u) {
       if (u[c * pp + s] == top) u[c * pp + s] -= q + (rem-- > 0);
     r = 0;
   }
+}
+
+/* Whether stage s's chunks, orig (chunk c's layers at orig[c]) less r layers off (chunks_level, into u), fit cap
+ * with their stacks padded to m. */
+static bool chunks_fit_off(const PipeBalance *b, int s, const int64_t *m, const int64_t *orig, int64_t *u, int64_t r) {
+  int v = b->chunks, pp = b->pp / v;
+  for (int c = 0; c < v; c++) u[c * pp + s] = orig[c];
+  chunks_level(v, pp, s, u, r);
+  return (double)(b->fixed[s] + chunks_bytes(b, s, u, m)) <= b->cap;
+}
+
+/* fit_within_chunks' layers off stage s's chunks u (bytes x, stacks padded to m) in one search: the fewest that
+ * bring the stage within cap, taken as the loop there takes them one at a time (chunks_level), found by halves
+ * (a layer off saves a chunk's activations at each of the stage's peaks: its bytes never grow with more off).
+ * False where the stage does not fit with one layer a chunk; b->stepwise: nothing done (the loop decides). */
+static bool chunks_off(const PipeBalance *b, int s, const int64_t *m, int64_t x, int64_t *u) {
+  if ((double)x <= b->cap || b->stepwise) return true;
+  int v = b->chunks, pp = b->pp / v;
+  int64_t orig[RT_MAX_STAGES], avail = 0;
+  for (int c = 0; c < v; c++) orig[c] = u[c * pp + s], avail += orig[c] - 1;
+  if (!chunks_fit_off(b, s, m, orig, u, avail)) return false;
+  int64_t lo = 1, hi = avail; /* (the fewest r in [lo, hi] that fits: hi does) */
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (chunks_fit_off(b, s, m, orig, u, mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  chunks_fit_off(b, s, m, orig, u, lo);
   return true;
 }
 
@@ -323,8 +338,8 @@ static int64_t fit_within_chunks(const PipeBalance *b, const int64_t *mw, const 
       top = y[i] > top ? y[i] : top;
     }
     rest -= top; /* (x: rest + the most of y) */
-    if (!nl && !chunks_off(b, s, &x, u)) return 0; /* (each layer off any chunk saves the same there) */
-    while ((double)x > b->cap) {
+    if (!chunks_off(b, s, m, x, u)) return 0;
+    while (b->stepwise && (double)x > b->cap) { /* (chunks_off's reference: a layer at a time) */
       int w = -1;
       for (int c = 0; c < v; c++)
         if (u[c * pp + s] > 1 && (w < 0 || u[c * pp + s] > u[w * pp + s])) w = c;

@@ -166,7 +166,7 @@ static void check_balance(void) {
  * chunks_off's layers off in one step) give the splits of their one-at-a-time reference (PipeBalance.stepwise):
  * 3000 random balances of 2-8 stages x 1-3 chunks, 1-96 layers over them, each stage's fixed bytes and the
  * capacity drawn around the stages' bytes (some fit splits, some none), the chunks' in-flight counts equal per
- * stage (the planner's: chunks_off's path) or not (the loop's). */
+ * stage or not, and half the interleaved ones with each stage's peaks as its chunks' forwards (pipe_sched_chunk_loads'). */
 static uint64_t rnd_state = 88172645463325252ull;
 static uint64_t rnd(uint64_t n) {
   rnd_state ^= rnd_state << 13, rnd_state ^= rnd_state >> 7, rnd_state ^= rnd_state << 17;
@@ -174,7 +174,7 @@ static uint64_t rnd(uint64_t n) {
 }
 
 static void check_balance_fit(void) {
-  int same = 0, fitted = 0, none = 0, moved = 0;
+  int same = 0, fitted = 0, none = 0, moved = 0, chunked = 0;
   for (int i = 0; i < 3000; i++) {
     int pp = 2 + (int)rnd(7), v = 1 + (int)rnd(3), nv = pp * v, infl[RT_MAX_STAGES];
     int64_t fixed[8], by_time[RT_MAX_STAGES], fast[RT_MAX_STAGES], ref[RT_MAX_STAGES];
@@ -185,6 +185,14 @@ static void check_balance_fit(void) {
                      .first_b = (double)rnd(100) / 40, .last_f = (double)rnd(100) / 10, .layer_act = 1 + (int64_t)rnd(1000),
                      .first_act = (int64_t)rnd(2000), .last_act = (int64_t)rnd(4000),
                      .layer_bytes = (int64_t)rnd(3000), .inflight = infl};
+    int cload[8 * PIPE_LOADS * 3], ncload[8];
+    if (v > 1 && rnd(2)) { /* each stage's peaks as chunks' forwards (pipe_sched_chunk_loads'): chunks_off's general path */
+      for (int s = 0; s < pp; s++) {
+        ncload[s] = 1 + (int)rnd(4);
+        for (int j = 0; j < ncload[s] * v; j++) cload[s * PIPE_LOADS * v + j] = (int)rnd(2 * (uint64_t)pp + 1);
+      }
+      b.cload = cload, b.ncload = ncload, chunked++;
+    }
     bool ok = pipe_balance_split(&b, by_time);
     if (!ok) continue;
     /* the stages' bytes at the time split, the capacity between 0.5 and 1.3 of the largest */
@@ -214,8 +222,8 @@ static void check_balance_fit(void) {
     none += !fits;
     moved += fits && memcmp(ref, by_time, (size_t)nv * sizeof *ref) != 0;
   }
-  fprintf(stderr, "  fit splits: %d the same as the stepwise search's (%d fit, %d of them not the time split; %d none)\n",
-          same, fitted, moved, none);
+  fprintf(stderr, "  fit splits: %d the same as the stepwise search's (%d fit, %d of them not the time split; %d none; %d "
+          "drawn with chunk loads)\n", same, fitted, moved, none, chunked);
   expect(same == fitted + none, "balanced fit: the shortcuts' splits are the stepwise search's");
   expect(moved > 100 && none > 100, "balanced fit: the draws cover splits moved by memory and splits that cannot fit");
 }
