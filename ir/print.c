@@ -515,7 +515,7 @@ void ir_print_module(FILE *f, const Module *m, bool with_ir) {
     fprintf(f, "# the program's IR: %lld nodes (shardc plan --ir prints it)\n", (long long)count_nodes(m->graph));
   fprintf(f, "\n");
   print_params(f, m);
-  double fw = ir_flops_per_token(m, false), tr = ir_flops_per_token(m, true);
+  double fw = ir_flops_per_token(m, false), tr = 3.0 * fw; /* (ir_flops_per_token's training figure: one walk, not two) */
   char h1[32], h2[32];
   fprintf(f, "flops per token: forward %s, training %s (3 x forward)\n", human(h1, fw), human(h2, tr));
   if (m->mesh) ir_print_comm(f, m);
