@@ -15,8 +15,9 @@
 
 /* Activations a layer keeps per token for its backward, in units of hidden x the compute dtype's
  * bytes, as the memory plan has them (GPT-2 124M, bf16, one rank, 1-4 layers: none 16.0, selective
- * 11.0, full 1.0 — the layer's input); with tp and sp all of it is split, without sp the part
- * outside the tp regions (layer norms, residuals: about 4 units; full: the input) is not. */
+ * 11.0, full 1.0 — the layer's input; selective: the model's own, sel_act_units, 11 for GPT-2); with
+ * tp and sp all of it is split, without sp the part outside the tp regions (layer norms, residuals:
+ * about 4 units; full: the input) is not. */
 static const double act_units[3] = {16.0, 1.0, 11.0}; /* RecomputeKind order: none, full, selective */
 static const double act_rep_units[3] = {4.0, 1.0, 4.0};
 enum { PM_HOLD_ALL = 1 << 30 }; /* estimate's hold: the layers of a stage W holds for (0: none; this: all) */
@@ -223,6 +224,7 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
       *(tp ? &pm->po_split : &pm->po_rep) += b;
       intptr_t bits = 0;
       ptrmap_get(&ends, n, &bits);
+      if (v->shape.rank == 2 && bits == 3) pm->tied = true;
       for (int e = 0; e < 2; e++)
         if (!bits || bits & (1 << e)) *(tp ? &pm->pe_split[e] : &pm->pe_rep[e]) += b; /* (unread: both) */
     }
@@ -357,7 +359,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0);
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
-  double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : act_units[r];
+  double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : r == RECOMPUTE_SELECTIVE ? sel_act_units(pm, c->cp) : act_units[r];
   double per_layer = unit * (c->sp || tp == 1 ? au / tp : au / tp + act_rep_units[r] * (1 - 1 / tp));
   double head = tok * (pm->vocab / tp * 4 + 2 * d * cb);         /* the logits in f32, the final norm */
   double copies = cb < 4 ? p_other / 2 : 0;                      /* the compute-precision copy of the embeddings */
@@ -618,13 +620,15 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * pp 16 z1: the embedding's and the head's 2 x 0.98 GiB f32 on every stage was 2.2 GiB over the
      * compiled 78.2 GiB, with their Adam moments) */
     double per_p = p_rank > 0 ? e->cls[MEM_PARAM] / p_rank : 0, per_o = p_rank > 0 ? e->cls[MEM_OPTIM] / p_rank : 0;
-    double pend[2], most = 0, cv4 = cb < 4 ? cb / 4 : 0; /* (cv4: their compute-precision copies, as `copies`) */
+    /* (cv4: their compute-precision copies, as `copies`; ZeRO-3's of their shards: Llama-3-8B pp 4 z3, compiled, the
+     * first stage's `tok_embeddings.bf16` 2.0 MiB of 501) */
+    double pend[2], most = 0, cv4 = cb < 4 ? cb / 4 / (c->zero >= 3 ? zg : 1) : 0;
     for (int k = 0; k < 2; k++) pend[k] = pm->pe_split[k] / tp + pm->pe_rep[k];
     const PpLoad *peak = NULL;
     for (int i = 0; i < pr->n; i++) {
       const PpLoad *l = &pr->load[i];
       double As = own ? perA * (double)n[l->stage] : A, Ss = own ? perS * (double)n[l->stage] : S;
-      double x = l->a * As + l->b * Ss + l->h * H + l->last * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
+      double x = l->a * As + l->b * Ss + pp_grads_held(l, pm->tied) * H + l->last * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
       if (x > most || !peak) most = x, peak = l;
       if (own && l->stage < RT_MAX_STAGES && x > stage_x[l->stage]) stage_x[l->stage] = x;
     }
@@ -632,7 +636,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     if (n && nv > c->pp && lst * ulay > 0) { /* interleaved uneven: each stage's loads with its own chunks' (each chunk's
                                              * forwards in flight with its layers), the peak the most loaded stage's */
       int at;
-      peak_x = pp_stage_loads_v(pr, n, nv, c->pp, A / (lst * ulay), S / (lst * ulay), H, head, pend, per_p + per_o + cv4, stage_x, &at);
+      peak_x = pp_stage_loads_v(pr, n, nv, c->pp, A / (lst * ulay), S / (lst * ulay), H, pm->tied, head, pend, per_p + per_o + cv4, stage_x, &at);
       if (at >= 0) most = peak_x, peak = &pr->load[at];
     }
     if (peak) {

@@ -53,6 +53,7 @@ typedef struct {
    * in the reverse order, and ZeRO-2/3 reduce-scatters them so): elements, split by tp, a matrix (else a
    * norm's gain), read before the layer's attention; nlt 0: not found in the base (no timing by them) */
   int nlt;
+  bool tied;                  /* a table outside the layers read on both pp ends (a tied embedding and head) */
   PlanLayerTensor lt[PLAN_LAYER_TENSORS];
   double state_ratio;         /* optimizer state bytes per parameter byte */
   double capacity;            /* the device's bytes per rank (memplan_capacity of the base; <= 0: unknown):

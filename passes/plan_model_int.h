@@ -8,11 +8,17 @@
 /* A schedule's loads in flight at one stage and position (plan_model_pp.c's header says what they count). */
 typedef struct {
   int a, b, h; /* b (zb): backwards whose weight gradients (W) have not run */
+  int hf, hl;  /* of h, the embedding's (made by the first stage's B) and the head's (the last stage's F): an
+                  untied model's stays on its own stage (passes/pipe_owners.c), a tied one's on both ends */
   int last;              /* the last stage's (it holds the logits) */
   int first;             /* the first stage's (it holds the embedding tables) */
   int stage;             /* the stage's (uneven stages: priced with its own layers) */
   short ac[PIPE_LOAD_CHUNKS]; /* interleaved: of a, each chunk's forwards (uneven chunks: each with its layers) */
 } PpLoad;
+/* The head's and embedding's gradients a load's stage holds: a tied table's on every stage, as the loads
+ * count them (h); an untied model's on their own stages alone (the first's hf, the last's hl: Llama-3-8B dp 256
+ * tp 2+sp pp 4 1f1b z2, compiled: none at the first stage's peak, where h is 2, 1002 MiB) */
+static inline int pp_grads_held(const PpLoad *l, bool tied) { return tied ? l->h : l->first * l->hf + l->last * l->hl; }
 typedef struct PpPlay {
   double key[PP_KEYS];    /* the stage times the lists were played with, over a middle stage's F (pp_key) */
   double bubble;          /* the idle fraction, as the cost model's timeline has it */
@@ -52,12 +58,13 @@ bool plan_model_balance_fit(PlanModel *pm, const struct PlanCand *c, const PlanE
  * with the stage's chunks' mean layers, the head's gradient h,
  * the head's activations head and the end stages' parameters ends[2] x their bytes per element pe, into
  * x[pp]; the largest of them, *peak its load's index. (plan_model_balance_fit's per-stage bytes; plan_model_pp.c) */
-double pp_stage_loads_v(const struct PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h,
+double pp_stage_loads_v(const struct PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h, bool tied,
                         double head, const double *ends, double pe, double *x, int *peak);
 /* zb: what B hands W a layer, in hidden states per token on a rank (tp, sp as the plan has them), and
  * under recompute r what B's recompute made that W reads (plan_model_pp.c says how each is counted). */
 double zb_handoff_units(const PlanModel *pm, double tp, bool sp);
 double zb_held_units(const PlanModel *pm, RecomputeKind r);
+double sel_act_units(const PlanModel *pm, int cp);
 
 /* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
 static inline double ring_s(double bytes, double factor, int n, double bw, double lat) {

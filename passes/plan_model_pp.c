@@ -39,12 +39,12 @@ static bool chunks_ge(const PpLoad *x, const PpLoad *y) {
 static void pareto_add(LoadSet *p, PpLoad x) {
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->v[i];
-    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->last >= x.last && y->first >= x.first && chunks_ge(y, &x)) return;
+    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->hf >= x.hf && y->hl >= x.hl && y->last >= x.last && y->first >= x.first && chunks_ge(y, &x)) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->v[i];
-    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.last >= y->last && x.first >= y->first && chunks_ge(&x, y)))
+    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.hf >= y->hf && x.hl >= y->hl && x.last >= y->last && x.first >= y->first && chunks_ge(&x, y)))
       p->v[k++] = *y;
   }
   p->n = k;
@@ -148,13 +148,14 @@ static void pp_loads(PpProfile *p, const double *key) {
   int *a = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
   int *bw = calloc((size_t)pp, sizeof(int));
   char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held */
+  char *hmf = calloc((size_t)M, 1), *hml = calloc((size_t)M, 1); /* of those, the embedding's, the head's */
   short *ac = calloc((size_t)pp * PIPE_LOAD_CHUNKS, sizeof *ac); /* [stage][chunk]: its forwards held */
   LoadSet *set = calloc((size_t)pp, sizeof *set);
   char msg[256];
-  if (!order || !a || !left || !hm || !bw || !set || !ac) die("plan model: out of memory");
+  if (!order || !a || !left || !hm || !hmf || !hml || !bw || !set || !ac) die("plan model: out of memory");
   bool zb = kind == SCHED_ZB;
   if (pipe_sched_check(&s, 1, order, msg, sizeof msg)) {
-    int last = pp * s.v - 1, h = 0, done = 0;
+    int last = pp * s.v - 1, h = 0, hf = 0, hl = 0, done = 0;
     for (int i = 0; i < M; i++) left[i] = (zb ? 3 : 2) * pp * s.v;
     for (int k = 0; k < total; k++) {
       int st = order[k].stage;
@@ -164,21 +165,21 @@ static void pp_loads(PpProfile *p, const double *key) {
       int ch = in.chunk < PIPE_LOAD_CHUNKS ? in.chunk : PIPE_LOAD_CHUNKS - 1; /* (beyond: the last's, never priced) */
       if (in.op == 'F') {
         a[st]++, ac[st * PIPE_LOAD_CHUNKS + ch]++;
-        if (vs == last) h++, hm[in.mb]++, all = true;
+        if (vs == last) h++, hl++, hm[in.mb]++, hml[in.mb]++, all = true;
       } else if (in.op == 'B') {
         if (!zb) a[st]--, ac[st * PIPE_LOAD_CHUNKS + ch]--;
         else bw[st]++;
-        if (vs == 0) h++, hm[in.mb]++, all = true;
+        if (vs == 0) h++, hf++, hm[in.mb]++, hmf[in.mb]++, all = true;
       } else {
         a[st]--, bw[st]--, ac[st * PIPE_LOAD_CHUNKS + ch]--;
       }
       left[in.mb]--;
       for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) {
-        PpLoad l = {a[q], bw[q], h, q == pp - 1, q == 0, q, {0}};
+        PpLoad l = {a[q], bw[q], h, hf, hl, q == pp - 1, q == 0, q, {0}};
         if (s.v > 1) memcpy(l.ac, ac + q * PIPE_LOAD_CHUNKS, sizeof l.ac); /* (else one chunk: a) */
         pareto_add(&set[q], l);
       }
-      while (done < M && left[done] == 0) h -= hm[done++]; /* the head's and embedding's gradients merged */
+      while (done < M && left[done] == 0) h -= hm[done], hf -= hmf[done], hl -= hml[done], done++; /* the head's and embedding's gradients merged */
     }
   }
   for (int q = 0; q < pp; q++) p->n += set[q].n;
@@ -199,7 +200,7 @@ static void pp_loads(PpProfile *p, const double *key) {
   }
   if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
   else free(order);
-  free(a), free(left), free(hm), free(bw), free(ac);
+  free(a), free(left), free(hm), free(hmf), free(hml), free(bw), free(ac);
 }
 
 /* The lists of a schedule as the pipe pass makes them (pp_lists), their loads in flight (kept by
@@ -266,6 +267,28 @@ double zb_held_units(const PlanModel *pm, RecomputeKind r) {
     if (pm->lt[i].mat && !pm->lt[i].early) late++, last = pm->lt[i].numel;
   if (late < 2 || pm->d <= 0) return 6; /* (not found: a GPT's 2 + 4) */
   return 2 + (late - 2) * last / (pm->d * pm->d);
+}
+
+/* Selective recompute's activations a layer keeps per token and rank (hidden states, before tp): what the
+ * layer keeps outside its GEMMs' column-parallel outputs (act_rep_units' 4: the norms' inputs and outputs,
+ * the residuals, attention's output) and each of those outputs, which the backward reads and selective does
+ * not recompute (a matrix not row-parallel: its output features over d; the attention's score work is what
+ * it recomputes). GPT-2: 4 + 3 (QKV) + 4 (the MLP's first GEMM) = 11; a gated MLP keeps both its first
+ * GEMMs' outputs (the gate's, the up projection's) and grouped-query attention's K and V are smaller:
+ * Llama-3-8B 4 + 1 + 2 x 0.25 + 2 x 3.5 = 12.5. Compiled (`shardc plan --world 1 -D dp=1 -D tp=1 -D pp=1
+ * -D zero=0 -D micro_batch=1 -D recompute=selective -D layers=2..4`, the activations' slope a layer):
+ * GPT-2 16.5 MiB of 1.5 (11.0), Llama-3-8B 800 MiB of 64 (12.5), Llama-3-405B tp 8+sp 372 MiB of 32 (11.625).
+ * Under cp (ring attention) one hidden state more (Llama-3-405B dp 128 tp 2+sp pp 2 1f1b cp 4 z3, the first
+ * stage's peak compiled: per micro-batch six [63 layers, 1 / tp] stacks, two of 3.25 / tp and K's and V's of
+ * 1 / 16: 12.625, this 11.625 + 1). Not found (no layer tensors): 11. */
+double sel_act_units(const PlanModel *pm, int cp) {
+  if (pm->nlt <= 0 || pm->d <= 0) return 11;
+  double u = cp > 1 ? 5 : 4;
+  for (int i = 0; i < pm->nlt; i++) {
+    const PlanLayerTensor *t = &pm->lt[i];
+    if (t->mat && (t->early || t->out != pm->d)) u += t->out / pm->d;
+  }
+  return u;
 }
 
 /* zb: what B hands W a layer (passes/pipe_split.c's hand-off: the values W's weight gradients read from B),
@@ -403,7 +426,7 @@ bool plan_model_balance_fit(PlanModel *pm, const PlanCand *c, const PlanEstimate
   return true;
 }
 
-double pp_stage_loads_v(const PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h, double head,
+double pp_stage_loads_v(const PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h, bool tied, double head,
                         const double *ends, double pe, double *x, int *peak) {
   double top = 0;
   int v = nv / pp;
@@ -417,7 +440,7 @@ double pp_stage_loads_v(const PpProfile *pr, const int64_t *n, int nv, int pp, d
       lay += (double)n[k];
       fw += (v > 1 && v <= PIPE_LOAD_CHUNKS ? l->ac[c] * v : (double)l->a) * (double)n[k]; /* (a: over the v chunks) */
     }
-    double y = a * fw + l->b * s * lay + l->h * h + l->last * head + (l->first * ends[0] + l->last * ends[1]) * pe;
+    double y = a * fw + l->b * s * lay + pp_grads_held(l, tied) * h + l->last * head + (l->first * ends[0] + l->last * ends[1]) * pe;
     x[l->stage] = y > x[l->stage] ? y : x[l->stage];
     if (y > top || *peak < 0) top = y, *peak = i;
   }

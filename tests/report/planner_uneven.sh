@@ -180,10 +180,12 @@ echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "s") t[++n] = $
 #    gathered flat buffer in the memory (plan_model.c's zero3_coll_s): step 0.85 and memory 0.91 without
 #    them, 0.94 and 0.96 with them; deferred (passes/zero_defer.c) 1.07 and 1.06 before the stages' B loops
 #    had their scatters' stall and the deferral counted min(layer, freed) beside the packed gradient
-#    (docs/planner.md, "The scatters' stall under pipeline stages"): 0.96 and 0.98
+#    (docs/planner.md, "The scatters' stall under pipeline stages"): 0.96 and 0.98; selective's activations from the
+#    layer's GEMMs (+1 under cp), the first stage's bf16 embedding a ZeRO-3 shard (docs/planner.md, "Selective
+#    recompute's activations and the ends' gradients"): 1.02 (0.98 before)
 echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "GiB") m[++n] = $(i - 1)
-  exit !(n == 2 && m[2] > 0 && m[1] / m[2] > 0.96 && m[1] / m[2] < 1.04) }' ||
-  bad "llama3-405b pp 2 cp 4 z3: analytic memory not within 4 % of the compiled: $arow"
+  exit !(n == 2 && m[2] > 0 && m[1] / m[2] > 0.99 && m[1] / m[2] < 1.04) }' ||
+  bad "llama3-405b pp 2 cp 4 z3: analytic memory not within 0.99-1.04 of the compiled: $arow"
 
 # i. the stages' B loops stalled on their ZeRO-2/3 scatters (docs/planner.md, "The scatters' stall under
 #    pipeline stages"): analytic / compiled step and memory of a row (the search's analytic row 1 or 2, both
@@ -231,6 +233,9 @@ for dw in auto off; do
     -D schedule=1f1b -D cp=1 -D zero=2 -D recompute=selective -D micro_batch=1 -D defer_waits=$dw)
   echo "llama3-8b dp 256 tp 2+sp pp 4 1f1b z2 defer_waits $dw: analytic / compiled memory $rm, step $rs"
   within "$rs" 0.90 1.10 || bad "llama3-8b dp 256 pp 4 z2 defer_waits $dw: analytic step ${rs:-?} x the compiled, not within 10 %"
+  # its memory (docs/planner.md, "Selective recompute's activations and the ends' gradients"): a gated MLP's 12.5
+  # hidden states a layer, the head's gradients on the last stage alone: 0.990 and 0.990 (0.965 and 0.964 before)
+  within "$rm" 0.98 1.02 || bad "llama3-8b dp 256 pp 4 1f1b z2 defer_waits $dw: analytic memory ${rm:-?} x the compiled, not within 2 % (GPT's 11 hidden states a layer for a gated MLP?)"
 done
 #    and ZeRO-3's collectives outside the stages' layer loops (docs/planner.md, "ZeRO-3 between the instructions":
 #    each loop's first gather in front of it, the head's two gathers and its gradient's scatter in the last stage's F,
