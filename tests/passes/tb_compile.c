@@ -83,3 +83,12 @@ Module *tb_compile_pp(Arena *a, Target target, const char *path, const FeDefine 
   for (int s = 0; p->layers && s < p->nlayers; s++) m->plan.stage_layers[s] = p->layers[s];
   return run_but(m, p->skip);
 }
+
+Module *tb_compile_ref(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int64_t batch,
+                       const char *label) {
+  TbPp one = {.pp = 1, .dp = 1, .tp = 1, .sched = "1f1b", .micro = batch, .batch = batch,
+              .import_dir = SHARDC_MODELS_DIR};
+  Module *m = tb_compile_pp(a, target, path, defs, ndefs, &one);
+  if (!m) fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
+  return m;
+}

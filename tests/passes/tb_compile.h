@@ -39,4 +39,10 @@ typedef struct {
 } TbPp;
 Module *tb_compile_pp(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, const TbPp *p);
 
+/* The single-rank reference the pp tests compare against: tb_compile_pp on one rank, 1F1B, one micro-batch
+ * of `batch` (the models directory for imports); on failure "FAIL label: the single-rank program does not
+ * compile" on stderr and NULL. */
+Module *tb_compile_ref(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int64_t batch,
+                       const char *label);
+
 #endif

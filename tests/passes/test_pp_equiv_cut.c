@@ -54,12 +54,8 @@ int main(void) {
   const char *label = "tiny 8 layers, recompute full";
   Arena ra;
   arena_init(&ra);
-  TbPp one = {.pp = 1, .dp = 1, .tp = 1, .sched = "1f1b", .micro = 8, .batch = 8, .import_dir = SHARDC_MODELS_DIR};
-  Module *ref = tb_compile_pp(&ra, TARGET_CPU, SHARDC_MODELS_DIR "/tiny.model", d, nd, &one);
-  if (!ref) {
-    fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
-    return 1;
-  }
+  Module *ref = tb_compile_ref(&ra, TARGET_CPU, SHARDC_MODELS_DIR "/tiny.model", d, nd, 8, label);
+  if (!ref) return 1;
   Tensor tok = tb_randint(tb_shape(2, 8, 8), 101, 0, 256), tgt = tb_randint(tb_shape(2, 8, 8), 102, 0, 256);
   static const char *const hold[] = {"hold:1", "hold:2", "hold:3"};
   d[nd] = (FeDefine){"zero", "2"};

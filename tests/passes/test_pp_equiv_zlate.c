@@ -49,12 +49,8 @@ int main(void) {
   const char *label = "Llama shaped (untied), bucket 16KiB";
   Arena ra;
   arena_init(&ra);
-  TbPp one = {.pp = 1, .dp = 1, .tp = 1, .sched = "1f1b", .micro = 8, .batch = 8, .import_dir = SHARDC_MODELS_DIR};
-  Module *ref = tb_compile_pp(&ra, TARGET_CPU, SHARDC_MODELS_DIR "/llama3-8b.model", d, nd, &one);
-  if (!ref) {
-    fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
-    return 1;
-  }
+  Module *ref = tb_compile_ref(&ra, TARGET_CPU, SHARDC_MODELS_DIR "/llama3-8b.model", d, nd, 8, label);
+  if (!ref) return 1;
   Tensor tok = tb_randint(tb_shape(2, 8, 8), 101, 0, 128), tgt = tb_randint(tb_shape(2, 8, 8), 102, 0, 128);
   /* want: the scatters moved. zb's equal-time lists at pp 2 x 4 run stage 0 as F0 F1 B0 W0 B1 F2 W1 F3 B2
    * W2 B3 W3: B1 is followed by F2, not its W, and B1's scatter stays (it drains during F2) */
