@@ -329,11 +329,10 @@ static void count_node(const Module *m, const Node *n, int64_t mult, bool in_rep
 }
 
 /* The volumes of the ranks of each of nst pipeline stages (vs[nst]; nst 1: no pipeline, every node). */
-static void volumes_of(const Module *m, CommVolumes *vs, int nst) {
-  CommVolumes *v = &vs[0];
+void ir_comm_groups(const Module *m, CommVolumes *v) {
   memset(v, 0, sizeof *v);
-  v->stage = nst > 1 ? 0 : -1;
-  v->nstages = nst;
+  v->stage = -1;
+  v->nstages = 1;
   for (int a = 0; a < IR_COMM_ROWS; a++) {
     v->group_size[a] = ir_comm_group_size(m, a);
     ir_comm_group_place(m, a, &v->across_nodes[a], &v->members_per_node[a]);
@@ -341,6 +340,13 @@ static void volumes_of(const Module *m, CommVolumes *vs, int nst) {
   }
   v->side_link[0] = m->has_topology ? m->topo.intra.kind : LINK_NONE;
   v->side_link[1] = m->has_topology ? m->topo.inter.kind : LINK_NONE;
+}
+
+static void volumes_of(const Module *m, CommVolumes *vs, int nst) {
+  CommVolumes *v = &vs[0];
+  ir_comm_groups(m, v);
+  v->stage = nst > 1 ? 0 : -1;
+  v->nstages = nst;
   for (int st = 1; st < nst; st++) {
     vs[st] = *v; /* the groups and links, no volumes yet */
     vs[st].stage = st;

@@ -88,6 +88,9 @@ const char *ir_comm_row_name(int row);
 void ir_comm_note(char *buf, size_t size, const Module *m, const Node *n);
 /* The per-step volumes of m's graph, per rank: under pp, of the busiest stage's ranks (CommVolumes.stage). */
 void ir_comm_volumes(const Module *m, CommVolumes *out);
+/* Only the groups of ir_comm_volumes (group_size, across_nodes, members_per_node, link, side_link; stage -1,
+ * nstages 1), volumes zero: what timing one collective needs (passes/cost.c), without the graph's walk. */
+void ir_comm_groups(const Module *m, CommVolumes *out);
 /* "# rank class ..." header: which ranks the one SPMD program serves. */
 void ir_print_rank_classes(FILE *f, const Module *m);
 /* The per-step communication summary and the per-link-class table. */

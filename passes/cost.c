@@ -464,7 +464,7 @@ static double sim_rank(Sim *s, int stage, CostReport *r) {
 static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, CostPipe *cp, double *busy_max,
                        double *busy_sum) {
   Sim s = {.m = m, .d = d};
-  ir_comm_volumes(m, &s.v);
+  ir_comm_groups(m, &s.v); /* (the groups alone: the sim times collectives by them, never reads the volumes) */
   memplan_views_hold(); /* (the IR as it is throughout: each graph's reads indexed once, cost_op_time's views) */
   const PipePlan *p = m->pipe;
   int nst = p ? p->pp : 1;
@@ -544,7 +544,7 @@ static Clock nodes_clock(const Module *m, const CostDevice *d, const Node *const
   CostReport r;
   memset(&r, 0, sizeof r);
   s.r = &r;
-  ir_comm_volumes(m, &s.v);
+  ir_comm_groups(m, &s.v); /* (the groups alone: the sim times collectives by them, never reads the volumes) */
   Clock c = {0};
   memplan_views_hold();
   for (int i = 0; i < n; i++) sim_node(&s, nodes[i], &c, true);
