@@ -14,6 +14,7 @@
 #include "fit.h"
 #include "frontend.h"
 #include "memplan.h"
+#include "memplan_pack.h"
 #include "mesh.h"
 #include "passes.h"
 #include "pipeline.h"
@@ -209,6 +210,12 @@ enum { NVALUED = 23 }; /* options' first, which take a value */
 static void note_again(const char **given, const char *opt, const char *value) {
   if (*given && strcmp(*given, value) != 0) note_at((SrcLoc){0}, "%s %s replaces the earlier %s %s", opt, value, opt, *given);
   *given = value;
+}
+
+/* The cores this process may use: the search's compiles at once, a large memory plan's packing orders side by side. */
+static int online_cpus(void) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 1 ? (int)cpus : 1;
 }
 
 static int compile(int argc, char **argv, Diag *diag) {
@@ -507,8 +514,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     for (int i = 0; i < user_defines; i++)
       for (int k = 0; k < PIN_COUNT; k++) so.pinned[k] |= strcmp(defines[i].key, plan_search_pin_keys[k]) == 0;
     SearchResult sr;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN); /* one compile per core at once */
-    so.jobs = cpus > 1 ? (int)cpus : 1;
+    so.jobs = online_cpus(); /* one compile per core at once */
     plan_search(m, &dev, replan_search_eval, &rp, &so, &sr);
     plan_search_print(stdout, m, &sr, so.top);
     fflush(stdout);
@@ -631,6 +637,7 @@ int main(int argc, char **argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (argc >= 2 && !strcmp(argv[1], "ckpt")) return rt_ckpt_tool(argc - 2, argv + 2); /* checkpoints: files only */
+  memplan_pack_set_jobs(online_cpus());
   Diag diag;
   diag_init(&diag, NULL, DIAG_DEFAULT_MAX_ERRORS);
   diag_enter(&diag);

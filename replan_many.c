@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "diag.h"
+#include "memplan_pack.h"
 #include "plan_svg.h"
 #include "replan.h"
 
@@ -63,6 +64,7 @@ void replan_search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njo
       continue;
     }
     if (pid[k] == 0) { /* the child: compile, measure, report, exit */
+      memplan_pack_set_jobs(1); /* (its CPU seconds are its limit; its siblings have the other cores) */
       close(fds[0]);
       for (int j = 0; j < k; j++)
         if (fd[j] >= 0) close(fd[j]); /* its elder siblings' pipes are the parent's */

@@ -1,10 +1,12 @@
 /* passes/memplan_pack.c — the memory plan's allocator (passes/memplan.c places values and gives
  * each transient an interval): intervals packed at offsets by a greedy best-offset allocator,
  * largest first, and the peak over positions and pipeline stages. */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "diag.h"
 #include "memplan_pack.h"
 
 typedef struct {
@@ -366,20 +368,88 @@ static const Interval *group_spans(const Interval *iv, int n, Arena *a) {
   return span ? span : iv;
 }
 
-int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *caller) {
-  Arena local; /* (a large set's order, spans and offsets freed after: a pipelined step packs its 175k
-                  intervals 28 times, Llama-3-405B pp 16 x cp 2, 1 GB kept to the pass's end otherwise) */
+/* Order `how`'s packing of iv (iv untouched): offsets into off (by index), the arena's size returned. */
+static int64_t pack_order_into(const Interval *iv, int n, int how, int64_t *off, Arena *caller) {
+  Arena local; /* (a large set's order and spans freed after: a pipelined step packs its 175k intervals 6-28
+                  times, Llama-3-405B pp 16 x cp 2, 1 GB kept to the pass's end otherwise) */
   arena_init(&local);
   Arena *a = n > PACK_LOCAL_ARENA ? &local : caller;
   PackKey *order = ARENA_ARRAY(a, PackKey, n + 1);
-  int64_t *off = ARENA_ARRAY(a, int64_t, n + 1);
   const Interval *span = group_spans(iv, n, a);
   for (int i = 0; i < n; i++) order[i] = pack_key(&span[i], i, how);
   qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
   int64_t size = pack_in_order(iv, n, order, how == PACK_END_BEST_FIT, NULL, off, a);
-  for (int i = 0; i < n; i++) iv[i].offset = off[i];
   arena_free(&local);
   return size;
+}
+
+int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *caller) {
+  int64_t *off = malloc(((size_t)n + 1) * sizeof *off);
+  if (!off) die("memplan: out of memory (%d intervals)", n);
+  int64_t size = pack_order_into(iv, n, how, off, caller);
+  for (int i = 0; i < n; i++) iv[i].offset = off[i];
+  free(off);
+  return size;
+}
+
+/* Threads packing a large set's orders side by side (memplan_pack_set_jobs): each order's packing depends on
+ * the set alone, so the pick (the first smallest in order) is the sequential one's. */
+static int pack_jobs = 1;
+
+void memplan_pack_set_jobs(int jobs) { pack_jobs = jobs < 1 ? 1 : jobs > PACK_ORDERS ? PACK_ORDERS : jobs; }
+
+typedef struct {
+  const Interval *iv;
+  int n;
+  int64_t floor, got[PACK_ORDERS];
+  int64_t *off[PACK_ORDERS];
+  int next, at_floor; /* the next order to take; the first order whose arena is the floor (PACK_ORDERS: none) */
+  pthread_mutex_t mu;
+} Orders;
+
+static void *orders_worker(void *arg) {
+  Orders *o = arg;
+  for (;;) {
+    pthread_mutex_lock(&o->mu);
+    int how = o->next++;
+    bool stop = how >= PACK_ORDERS || how > o->at_floor; /* (after an order at the floor: the sequential loop's end) */
+    pthread_mutex_unlock(&o->mu);
+    if (stop) return NULL;
+    int64_t got = pack_order_into(o->iv, o->n, how, o->off[how], NULL);
+    pthread_mutex_lock(&o->mu);
+    o->got[how] = got;
+    if (got == o->floor && how < o->at_floor) o->at_floor = how;
+    pthread_mutex_unlock(&o->mu);
+  }
+}
+
+/* The orders of memplan_pack_orders side by side on pack_jobs threads (a set over PACK_LOCAL_ARENA: each try's
+ * memory its own). The orders up to the first at the floor are packed (some after it may be too, and are not
+ * looked at), so the pick is the sequential loop's. The pick's offsets into best, its arena into *size, largest
+ * first's arena into *first (a thread that does not start leaves its orders to the others). */
+static void orders_side_by_side(const Interval *iv, int n, int64_t floor, int64_t *best, int64_t *size,
+                                int64_t *first) {
+  Orders o = {.iv = iv, .n = n, .floor = floor, .at_floor = PACK_ORDERS};
+  for (int h = 0; h < PACK_ORDERS; h++) {
+    o.got[h] = -1;
+    o.off[h] = malloc(((size_t)n + 1) * sizeof *o.off[h]);
+    if (!o.off[h]) die("memplan: out of memory (%d intervals)", n);
+  }
+  pthread_mutex_init(&o.mu, NULL);
+  pthread_t th[PACK_ORDERS];
+  int started = 0;
+  for (; started < pack_jobs - 1; started++)
+    if (pthread_create(&th[started], NULL, orders_worker, &o) != 0) break;
+  orders_worker(&o); /* (this thread too) */
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  pthread_mutex_destroy(&o.mu);
+  int pick = 0;
+  for (int h = 1; h < PACK_ORDERS && h <= o.at_floor; h++)
+    if (o.got[h] < o.got[pick]) pick = h;
+  memcpy(best, o.off[pick], (size_t)n * sizeof *best);
+  *size = o.got[pick];
+  *first = o.got[0];
+  for (int h = 0; h < PACK_ORDERS; h++) free(o.off[h]);
 }
 
 /* The packing orders tried, in turn, the first smallest arena kept: largest first (the plain
@@ -403,14 +473,24 @@ int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64
   }
   int64_t floor = memplan_pack_floor(iv, n, a);
   if (floor_out) *floor_out = floor;
-  for (int how = 0; how < PACK_ORDERS && size != floor; how++) {
-    int64_t got = memplan_pack_order(iv, n, how, a);
-    if (plain_size < 0) plain_size = got; /* (how 0: largest first, the blocks their plain sizes) */
+  if (pack_jobs > 1 && n > PACK_LOCAL_ARENA && size != floor) {
+    int64_t got, first;
+    int64_t *off = ARENA_ARRAY(&local, int64_t, n + 1);
+    orders_side_by_side(iv, n, floor, off, &got, &first);
+    if (plain_size < 0) plain_size = first;
     if (size < 0 || got < size) {
       size = got;
-      for (int i = 0; i < n; i++) best[i] = iv[i].offset;
+      memcpy(best, off, (size_t)n * sizeof *best);
     }
-  }
+  } else
+    for (int how = 0; how < PACK_ORDERS && size != floor; how++) {
+      int64_t got = memplan_pack_order(iv, n, how, a);
+      if (plain_size < 0) plain_size = got; /* (how 0: largest first, the blocks their plain sizes) */
+      if (size < 0 || got < size) {
+        size = got;
+        for (int i = 0; i < n; i++) best[i] = iv[i].offset;
+      }
+    }
   arena_free(&local);
   for (int i = 0; i < n; i++) iv[i].offset = best[i];
   if (plain) *plain = plain_size < 0 ? 0 : plain_size;

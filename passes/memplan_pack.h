@@ -103,6 +103,10 @@ int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a);
  * they are): the smallest of the orders above, largest first over the plain sizes (that arena into *plain),
  * the peak (memplan_pack_floor) into *floor (NULL: not wanted). */
 int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64_t *floor);
+/* Threads memplan_pack_orders may pack a large set's orders on (1, the default: one after another; at most
+ * PACK_ORDERS): the driver gives its cores (main.c), a search's candidate, timed by CPU seconds, 1. The packing
+ * is the same whatever the count. */
+void memplan_pack_set_jobs(int jobs);
 /* The intervals fixed[i] >= 0 gives (a group's leader, Interval.with: its group) at that offset, then the
  * others in order `how` (a group by its whole lifetime) as memplan_pack_order places them; offsets into off
  * (by index), returns the arena's size. */

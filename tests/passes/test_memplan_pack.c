@@ -356,6 +356,65 @@ static void linked_case(void) {
   arena_free(&ar);
 }
 
+/* memplan_pack_orders with the orders side by side (memplan_pack_set_jobs: sets over 4096 intervals) against one
+ * after another: the same arena, plain arena, floor and offsets, on 2, 4 and 7 threads. Three sets: random (5,000
+ * intervals, staged and every-rank ones, some with a plain size); gap()'s five intervals in 1,000 windows of
+ * positions apart (largest first leaves gap()'s hole in each, a later order packs to the peak: the threads must
+ * not pick an order after it); one size alive throughout (largest first at the peak). */
+static void side_by_side(void) {
+  int later = 0, at_floor = 0;
+  static const int gapset[][3] = {{3, 0, 0}, {3, 1, 2}, {3, 2, 4}, {2, 4, 4}, {2, 3, 5}}; /* gap()'s */
+  for (int r = 0; r < 3; r++) {
+    int n = 5000;
+    Interval *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+    static const int64_t sizes[] = {64, 128, 192, 256, 640, 1024, 4096};
+    for (int i = 0; i < n; i++) {
+      Interval *x = &a[i];
+      if (r == 0) {
+        x->bytes = sizes[rnd(7)];
+        x->start = rnd(3000);
+        x->end = x->start + (rnd(4) ? rnd(16) : rnd(300));
+        int kind = rnd(10);
+        if (kind >= 2) x->stage = 1 + rnd(4);
+        else if (kind == 1) x->set = (1ull << rnd(4)) | 1ull;
+        if (!rnd(8)) x->plain = x->bytes + 64 * (1 + rnd(8));
+      } else if (r == 1) {
+        const int *g = gapset[i % 5];
+        x->bytes = 64 * g[0], x->start = 6 * (i / 5) + g[1], x->end = 6 * (i / 5) + g[2];
+      } else
+        x->bytes = 64, x->start = 0, x->end = 9;
+    }
+    Arena ar;
+    arena_init(&ar);
+    memcpy(b, a, (size_t)n * sizeof *a);
+    int64_t first = memplan_pack_order(b, n, PACK_LARGEST_FIRST, &ar);
+    memplan_pack_set_jobs(1);
+    memcpy(b, a, (size_t)n * sizeof *a);
+    int64_t plain1 = 0, floor1 = 0, size1 = memplan_pack_orders(b, n, &ar, &plain1, &floor1);
+    later += r == 1 && size1 < first && size1 == floor1;
+    at_floor += r == 2 && first == floor1;
+    static const int jobs[] = {2, 4, 7};
+    for (int j = 0; j < 3; j++) {
+      memplan_pack_set_jobs(jobs[j]);
+      Interval *c = calloc((size_t)n, sizeof *c);
+      memcpy(c, a, (size_t)n * sizeof *a);
+      int64_t plain = 0, floor = 0, size = memplan_pack_orders(c, n, &ar, &plain, &floor), differ = 0;
+      for (int i = 0; i < n; i++) differ += c[i].offset != b[i].offset;
+      CHECK(size == size1 && plain == plain1 && floor == floor1 && !differ,
+            "side by side, set %d (%d intervals), %d threads: arena %lld plain %lld floor %lld, one after another %lld "
+            "%lld %lld; %lld intervals placed otherwise", r, n, jobs[j], (long long)size, (long long)plain,
+            (long long)floor, (long long)size1, (long long)plain1, (long long)floor1, (long long)differ);
+      free(c);
+    }
+    memplan_pack_set_jobs(1);
+    arena_free(&ar);
+    free(a);
+    free(b);
+  }
+  CHECK(later == 1 && at_floor == 1, "side by side: the gaps' set %s, the one-size set %s", later ? "at the peak after "
+        "the first order" : "not at the peak after the first order", at_floor ? "at the peak" : "not at the peak");
+}
+
 int main(void) {
   int round = 0;
   gap();
@@ -366,6 +425,7 @@ int main(void) {
   one(2000, 1000, 4, round++);
   for (int r = 0; r < 40; r++) links(r);
   linked_case();
+  side_by_side();
   if (failures) {
     fprintf(stderr, "test_memplan_pack: %d check(s) failed\n", failures);
     return 1;
