@@ -216,7 +216,7 @@ bool pass_stage(Module *m) {
   }
   int64_t L = F->a.count;
   int v = m->plan.schedule == SCHED_INTERLEAVED ? m->plan.interleave : 1, nv = pp * v;
-  if (v > 1 && m->batch.accum % pp != 0) {
+  if (m->plan.schedule == SCHED_INTERLEAVED && m->batch.accum % pp != 0) { /* (interleave 1 too: pipe_sched_make) */
     error_at(at_opt(m, PLAN_OPT_MICROBATCHES),
              "the interleaved schedule runs micro-batches in groups of pp = %d: this plan has %lld micro-batches", pp,
              (long long)m->batch.accum);

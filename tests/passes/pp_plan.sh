@@ -118,6 +118,9 @@ expect_shardc 1 "error: the interleaved schedule cuts the 4 layers of \`repeat b
   -- plan "${tiny[@]}" -D pp=4 -D schedule=interleaved --world 4
 expect_shardc 1 "error: the interleaved schedule runs micro-batches in groups of pp = 2: this plan has 3 micro-batches" \
   -- plan "${tiny[@]/batch=8/batch=6}" -D pp=2 -D schedule=interleaved --world 2
+# (interleave 1 as well: it was an internal compiler error, pipe_sched_make's)
+expect_shardc 1 "error: the interleaved schedule runs micro-batches in groups of pp = 2: this plan has 1 micro-batches" \
+  -- plan "${tiny[@]/batch=8/batch=2}" -D pp=2 -D schedule=interleaved -D interleave=1 --world 2
 # pp with cp: each stage's layers run their ring among the stage's cp ranks (tests/passes/test_cp_equiv.c)
 expect_shardc 0 "# pipeline: 2 stages over the 4 layers of \`repeat blocks\`, schedule 1f1b" "#   cp       x2" \
   -- plan "${tiny[@]}" -D pp=2 -D cp=2 --world 4
