@@ -112,23 +112,44 @@ static bool resolves(Arena *a, const char *input, const FeOptions *fo) {
   return ok;
 }
 
-/* --search / --pick: the search varies the micro-batch (unless -D pins it), so a file whose own
- * micro-batch cannot reach the world and batch asked for (-D batch=8 --world 4 with micro_batch 8:
- * an elastic restart's re-plan, scripts/launch.sh) is searched from a base of micro-batch 1, which
- * divides every batch its data-parallel degree does. Appends -D micro_batch=1 then (true);
- * otherwise changes nothing, and the file's own error is reported as without a search. */
-static bool search_base_micro(Arena *a, const char *input, const FeOptions *fo, FeDefine *defines, int *ndefines,
-                              int cap) {
-  for (int i = 0; i < *ndefines; i++)
-    if (strcmp(defines[i].key, "micro_batch") == 0) return false;
-  if (*ndefines >= cap || resolves(a, input, fo)) return false;
-  FeOptions o = *fo;
-  defines[*ndefines] = (FeDefine){.key = "micro_batch", .value = "1"};
-  o.defines = defines;
-  o.ndefines = *ndefines + 1;
-  if (!resolves(a, input, &o)) return false;
-  (*ndefines)++;
-  return true;
+/* --search / --pick: the search varies the micro-batch and the parallel degrees (each unless -D pins it), so a
+ * file whose own plan cannot reach the world and batch asked for is searched from a base that can: its
+ * micro-batch 1, which divides every batch its data-parallel degree does (-D batch=8 --world 4 with micro_batch
+ * 8: an elastic restart's re-plan, scripts/launch.sh); else its tp, pp and cp 1 and dp auto (Llama-3-8B's tp 8
+ * on --world 4: "find me a plan for 4 GPUs"); else both. Appends those -D (unpinned: after the user's) and
+ * says so in a note (true); otherwise changes nothing, and the file's own error is reported as without a search. */
+static bool search_base(Arena *a, const char *input, const FeOptions *fo, FeDefine *defines, int *ndefines, int cap) {
+  static const FeDefine micro[] = {{"micro_batch", "1"}};
+  static const FeDefine degrees[] = {{"tp", "1"}, {"pp", "1"}, {"cp", "1"}, {"dp", "auto"}};
+  if (resolves(a, input, fo)) return false;
+  for (int t = 1; t < 4; t++) { /* bit 0: the micro-batch, bit 1: the degrees */
+    int n = *ndefines;
+    FeDefine *d = defines;
+    for (int k = 0; k < 2; k++) {
+      if (!(t >> k & 1)) continue;
+      const FeDefine *add = k ? degrees : micro;
+      int nadd = k ? 4 : 1;
+      for (int q = 0; q < nadd; q++) {
+        bool given = false;
+        for (int u = 0; u < *ndefines; u++) given |= strcmp(defines[u].key, add[q].key) == 0;
+        if (!given && n < cap) d[n++] = add[q];
+      }
+    }
+    if (n == *ndefines) continue; /* (all pinned: nothing to try) */
+    FeOptions o = *fo;
+    o.defines = defines;
+    o.ndefines = n;
+    if (!resolves(a, input, &o)) continue;
+    char what[160];
+    int w = 0;
+    for (int q = *ndefines; q < n && w < (int)sizeof what; q++)
+      w += snprintf(what + w, sizeof what - (size_t)w, "%s%s %s", q > *ndefines ? ", " : "", defines[q].key,
+                    defines[q].value);
+    note_at((SrcLoc){0}, "the plan search starts from %s: the file's own plan does not reach this world and batch", what);
+    *ndefines = n;
+    return true;
+  }
+  return false;
 }
 
 /* After a build: how many ranks the trainer needs and the command that starts it. */
@@ -450,8 +471,8 @@ static int compile(int argc, char **argv, Diag *diag) {
                   .topology_file = topology,
                   .world = world,
                   .profile_file = profile};
-  int user_defines = ndefines; /* the search pins these (a base's micro_batch below is not pinned) */
-  if (search && !compare && search_base_micro(&arena, input, &fo, defines, &ndefines, (int)(sizeof defines / sizeof defines[0])))
+  int user_defines = ndefines; /* the search pins these (a base's defines below are not pinned: search_base) */
+  if (search && !compare && search_base(&arena, input, &fo, defines, &ndefines, (int)(sizeof defines / sizeof defines[0])))
     fo.ndefines = ndefines;
   Module *m = fe_compile(&arena, input, &fo);
   if (!m || diag_errors()) return 1;

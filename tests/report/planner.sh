@@ -18,7 +18,8 @@
 #  4. --pick plans the table's first row: its predicted step (compiled in full) is the row's, and
 #     `shardc build --pick` writes a trainer that runs 2 steps; a world and batch the file's own
 #     micro-batch cannot reach (-D batch=8 --world 4, micro_batch 8) are searched all the same (the
-#     micro-batch pinned with -D: the file's error);
+#     micro-batch pinned with -D: the file's error), and so is a world its own degrees cannot reach (Llama-3-8B's
+#     tp 8 on --world 4: from tp, pp, cp 1, with a note; tp pinned: the file's error);
 #  4c. sp with cp: on 4 CPU ranks with cp 2 and tp 2 pinned, the search ranks (compiles to confirm)
 #     a candidate with sp, and `shardc build --pick -D sp=on` writes its trainer;
 #  5. the table for tiny on the 2-rank CPU topology (pp 1, cp 1, top 5) is the expected one
@@ -304,6 +305,16 @@ out=$("$shardc" plan models/tiny.model -D batch=8 -D micro_batch=8 --world 4 --p
   bad "plan -D batch=8 -D micro_batch=8 --world 4 --pick was not refused"
 echo "$out" | grep -q "<command line>:2:13: error: batch 8 is not a multiple of micro_batch 8 x dp 4 = 32" ||
   bad "plan -D batch=8 -D micro_batch=8 --world 4 --pick: not the batch error: $out"
+# likewise a world the file's own degrees cannot reach (Llama-3-8B's tp 8 on 4 ranks: "a plan for 4 GPUs") is
+# searched from tp, pp, cp 1 and dp auto, and says so; pinned with -D tp=8 it is the file's error
+out=$("$shardc" plan models/llama3-8b.model --search --world 4 --top 3 2>&1) || bad "llama3-8b --search --world 4 failed: $out"
+echo "$out" | grep -q "note: the plan search starts from tp 1, pp 1, cp 1, dp auto" ||
+  bad "llama3-8b --search --world 4: no note of the search's base: $out"
+echo "$out" | grep -q '^#  1  dp [0-9]* tp [1-4]' || bad "llama3-8b --search --world 4: no ranked row on 4 ranks: $out"
+out=$("$shardc" plan models/llama3-8b.model --search --world 4 -D tp=8 2>&1) &&
+  bad "llama3-8b --search --world 4 -D tp=8 was not refused"
+echo "$out" | grep -q "<command line>:1:4: error: tp 8 x pp 1 x cp 1 = 8 ranks per replica does not divide the launched world of 4 ranks" ||
+  bad "llama3-8b --search --world 4 -D tp=8: not the world error: $out"
 
 # 4c. sp together with cp (passes/plan_search.c enumerates sp at every cp): tiny on 4 CPU ranks, cp 2 x
 # tp 2 pinned (so dp 1): a ranked row is `tp 2+sp ... cp 2`, compiled to confirm (the ranked table's
