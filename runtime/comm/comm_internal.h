@@ -133,6 +133,8 @@ struct RtReq {
   int recvd;           /* receives completed (the watchdog: has a peer joined?) */
   bool in_list;        /* linked in the comm's active list */
   double t_start;      /* seconds, monotonic */
+  double t_running;    /* a backend's (RtGroupBackend.state): when the watchdog first saw it running on the device
+                          (0: not yet); its timeout counts from there, not from t_start */
   RtReq *prev, *next;  /* the comm's active list */
   void *gpu;           /* backend request (NCCL), else NULL */
   /* all_reduce_v on libfabric: the buffer is the concatenation of members (in place;
@@ -161,6 +163,13 @@ struct RtReq {
 /* The world ranks q waits for now (at most max); first[i]: that peer has not joined q. */
 typedef int (*RtWaitingFn)(const RtReq *q, int *peers, bool *first, int max);
 
+/* Where a backend's request is on its device (RtGroupBackend.state). */
+typedef enum {
+  RT_DEV_QUEUED,  /* behind work queued before it (the host runs ahead of the device): not waiting on a peer */
+  RT_DEV_RUNNING, /* its turn came: from here on it waits for its peers */
+  RT_DEV_DONE     /* finished on the device (the host has not looked yet) */
+} RtDevState;
+
 /* A backend that runs a group's operations elsewhere (NCCL on GPU memory). */
 typedef struct {
   const char *name;
@@ -168,6 +177,11 @@ typedef struct {
   bool (*test)(RtReq *q);   /* true when finished */
   void (*finish)(RtReq *q); /* releases q->gpu */
   void (*group_free)(void *state);
+  /* Where q is on the device, asked by the watchdog's thread under the comm's lock (q is in the active list: not
+   * finished; its start may still be running on the host: q->gpu NULL until published under the lock). The
+   * watchdog times q from when it first sees it RUNNING, and a DONE or QUEUED one not at all: a step's later
+   * collectives wait behind its compute, which may take longer than the timeout. NULL: running from its start. */
+  RtDevState (*state)(RtReq *q);
 } RtGroupBackend;
 
 /* Messages posted between this rank and one member with one tag. */

@@ -3,7 +3,8 @@
  * A thread wakes every few hundred milliseconds and looks at the comm's active
  * requests (under the comm's lock; it never touches the fabric):
  *   - a request older than the timeout ends the process, naming rank, group, op,
- *     size and sequence number, and the peer it waits for: one that has not sent its
+ *     size and sequence number, and the peer it waits for (a device backend's, NCCL's:
+ *     older on the device, counted from when its turn came there, RtGroupBackend.state): one that has not sent its
  *     first message of the request has not joined it (stuck before it, dead, or in
  *     another collective); one that has is waiting in turn further along the ring;
  *   - a member of an active request's group that runs on this host and whose process
@@ -66,6 +67,18 @@ static bool never_joined(const RtReq *q, int r) {
   return false;
 }
 
+/* When q's timeout starts counting (-1: not counting now). A backend's request (RtGroupBackend.state) counts from when
+ * the watchdog first sees it running on its device, not while it is queued behind the device's work nor once done
+ * there; any other from its start. */
+static double device_since(RtReq *q, double now) {
+  const RtGroupBackend *b = q->g->backend;
+  if (!b || !b->state) return q->t_start;
+  RtDevState st = b->state(q);
+  if (st != RT_DEV_RUNNING) return -1;
+  if (q->t_running == 0) q->t_running = now;
+  return q->t_running;
+}
+
 static void *watchdog_main(void *arg) {
   RtComm *c = arg;
   double period = c->timeout_s / 4 < 0.2 ? c->timeout_s / 4 : 0.2;
@@ -78,11 +91,15 @@ static void *watchdog_main(void *arg) {
     pthread_mutex_lock(&c->lock);
     for (RtReq *q = c->active; q; q = q->next) {
       char what[256], wait[600];
-      if (now - q->t_start > c->timeout_s) {
+      double since = device_since(q, now);
+      if (since >= 0 && now - since > c->timeout_s) {
         rt_describe_req(q, what, sizeof what);
         describe_wait(q, wait, sizeof wait);
-        rt_fatal(RT_EXIT_COMM, "watchdog: %s has not completed after %.1f s (timeout %.1f s, SHARDRT_TIMEOUT)%s", what,
-                 now - q->t_start, c->timeout_s, wait);
+        char queued[96] = "";
+        if (since > q->t_start) /* (a device's: how long it waited behind the work queued before it) */
+          snprintf(queued, sizeof queued, " on the device (queued %.1f s before it began)", since - q->t_start);
+        rt_fatal(RT_EXIT_COMM, "watchdog: %s has not completed after %.1f s%s (timeout %.1f s, SHARDRT_TIMEOUT)%s",
+                 what, now - since, queued, c->timeout_s, wait);
       }
       for (int i = 0; i < q->g->n; i++) {
         int r = q->g->ranks[i];

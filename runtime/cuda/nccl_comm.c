@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ typedef struct {
   cudaStream_t stream;   /* communication stream */
   cudaStream_t compute;  /* stream the operations wait for (0: legacy default) */
   float *scratch;        /* one float on the device, for barriers */
+  int device;            /* the CUDA device its streams are on (the watchdog's thread sets it: nccl_state) */
 } NcclGroup;
 
 typedef struct {
@@ -47,7 +49,6 @@ static bool nccl_start(RtReq *q) {
   NcclGroup *ng = q->g->backend_state;
   NcclReq *r = calloc(1, sizeof *r);
   if (!r) rt_fatal(RT_EXIT_COMM, "out of memory");
-  q->gpu = r;
   CUDA_CHECK(cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventRecord(r->ready, ng->compute));
@@ -115,10 +116,27 @@ static bool nccl_start(RtReq *q) {
   case RT_OP_RECV:
     if (q->count) NCCL_CHECK(ncclRecv(recv, q->count, ncclUint8, q->peer, ng->comm, ng->stream));
     break;
-  case RT_OP_COUNT: return false;
+  case RT_OP_COUNT: free(r); return false; /* (its events: the process ends, rt_fatal) */
   }
   CUDA_CHECK(cudaEventRecord(r->done, ng->stream));
+  pthread_mutex_lock(&q->c->lock); /* (published whole to the watchdog, which reads q->gpu under the lock) */
+  q->gpu = r;
+  pthread_mutex_unlock(&q->c->lock);
   return true;
+}
+
+/* The watchdog's question (RtGroupBackend.state), on its own thread: queued while the compute stream has not
+ * reached the point q was enqueued at (its `ready` event), done once its `done` event is; running between. An
+ * event query that fails says nothing here (running: timed as before; the host's own calls report the error). */
+static RtDevState nccl_state(RtReq *q) {
+  NcclReq *r = q->gpu;
+  if (!r) return RT_DEV_QUEUED; /* (its start is still being enqueued) */
+  static _Thread_local int current = -1;
+  NcclGroup *ng = q->g->backend_state;
+  if (current != ng->device && cudaSetDevice(ng->device) == cudaSuccess) current = ng->device;
+  if (cudaEventQuery(r->done) == cudaSuccess) return RT_DEV_DONE;
+  cudaError_t rc = cudaEventQuery(r->ready);
+  return rc == cudaErrorNotReady ? RT_DEV_QUEUED : RT_DEV_RUNNING;
 }
 
 static bool nccl_test(RtReq *q) {
@@ -160,8 +178,12 @@ static void nccl_group_free(void *state) {
   free(ng);
 }
 
-static const RtGroupBackend nccl_backend = {
-    .name = "nccl", .start = nccl_start, .test = nccl_test, .finish = nccl_finish, .group_free = nccl_group_free};
+static const RtGroupBackend nccl_backend = {.name = "nccl",
+                                           .start = nccl_start,
+                                           .test = nccl_test,
+                                           .finish = nccl_finish,
+                                           .group_free = nccl_group_free,
+                                           .state = nccl_state};
 
 bool rt_group_use_nccl(RtComm *c, RtGroup *g) {
   int ndev = 0;
@@ -193,6 +215,7 @@ bool rt_group_use_nccl(RtComm *c, RtGroup *g) {
   }
   NcclGroup *ng = calloc(1, sizeof *ng);
   if (!ng) rt_fatal(RT_EXIT_COMM, "out of memory");
+  CUDA_CHECK(cudaGetDevice(&ng->device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&ng->stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaMalloc((void **)&ng->scratch, sizeof(float)));
   NCCL_CHECK(ncclCommInitRank(&ng->comm, g->n, all[g->ranks[0]].id, g->me));

@@ -6,7 +6,8 @@
  * enqueued on the group's own communication stream after the work already queued on
  * the compute stream (an event), and records a `done` event that rt_test polls and
  * rt_wait waits for; rt_nccl_then() makes another stream wait for it without blocking
- * the host. The comm's watchdog covers NCCL operations like host ones.
+ * the host. The comm's watchdog covers NCCL operations like host ones, timed from when the device reaches
+ * them (a collective queued behind a long step's compute is not stuck: RtGroupBackend.state).
  *
  * Semantics are those of comm.h (blocks for reduce-scatter / all-gather, uneven counts,
  * avg, max, bf16), except that send / recv pairs match in posting order only (NCCL
