@@ -8,7 +8,8 @@
  * micro-batches, hold(1), hold(2) and hold(3) (the first loop of 1, 2, 3 rows): every deferred scatter of a cut
  * loop waited in its cont's body (check_cut; the plan compiled without zdefer fails it), the deferred scatters' results
  * unpacked once over both loops' rows (check_unpack: the step's column slices and adds as many as without the cut,
- * zb_w recompute's, 96 and 100; before zero_defer.c's defer_pair each half was unpacked on its own: 192 and 172), and two AdamW steps in the fp64 interpreter equal to the single rank within 1e-10 (tb_equiv_micro).
+ * zb_w recompute's, 96 and 100; before zero_defer.c's defer_pair each half was unpacked on its own: 192 and 172),
+ * and two AdamW steps in the fp64 interpreter equal to the single rank within 1e-10 (tb_equiv_micro).
  */
 #include <stdio.h>
 #include <stdlib.h>
