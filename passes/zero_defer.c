@@ -23,7 +23,9 @@
  * loop's stage and instruction), in loops of two layers or more (a stage's or interleaved chunk's of one
  * has no next iteration) or cut by `zb_w hold(N)` (zero_defer_loop: Node.cont, cont_of, a loop of one layer too;
  * the first loop's lifted nodes go after the second, lifted_after, so that its last iteration's scatters are
- * waited in the second's first iteration: passes/memplan_defer.c, memplan_defer_next). A scatter whose body readers are anything else (a loop, a capture, a carry) stays.
+ * waited in the second's first iteration: passes/memplan_defer.c, memplan_defer_next; where both loops lift the
+ * same nodes off the same scatter, once over both loops' rows: defer_pair, the unpacking of the uncut loop's cost).
+ * A scatter whose body readers are anything else (a loop, a capture, a carry) stays.
  * Cost: the stacked result ([count, 1, N] f32, the loop's gradient shards: what the unpacked ys hold
  * too) is live from the loop to the unpacking after it; the unpacking is one copy of it; and the
  * scatters' f32 inputs (the layer's whole gradient over tp) live through the whole body
@@ -340,7 +342,8 @@ static bool defer_pair(Node *r, int at_r, Node *s, Node *c, int at_c, Node *s2, 
       s2->out[0]->dtype != s->out[0]->dtype || !ir_shape_eq(&s2->out[0]->shape, &s->out[0]->shape))
     return false;
   PtrMap made = {0}, made2 = {0};
-  Node **lift = ARENA_ARRAY(g->arena, Node *, r->body->nnodes + 1), **lift2 = ARENA_ARRAY(g->arena, Node *, c->body->nnodes + 1);
+  Node **lift = ARENA_ARRAY(g->arena, Node *, r->body->nnodes + 1);
+  Node **lift2 = ARENA_ARRAY(g->arena, Node *, c->body->nnodes + 1);
   int nl = lifted_of(r, s, lift, &made), nl2 = lifted_of(c, s2, lift2, &made2);
   bool ok = nl > 0 && nl2 == nl;
   for (int i = 0; i < nl && ok; i++) ok = same_lift(lift[i], &made, lift2[i], &made2);
@@ -392,8 +395,8 @@ static bool defer_pair(Node *r, int at_r, Node *s, Node *c, int at_c, Node *s2, 
   return true;
 }
 
-/* The concats along dim 0 of g whose inputs are rows defer_pair made (rows_of), adjacent and all of one value (recompute_split's
- * of a cut loop's running sums, the optimizer's): that value; then those rows nothing reads dropped. */
+/* The concats along dim 0 of g whose inputs are rows defer_pair made (rows_of), adjacent and all of one value
+ * (recompute_split's of a cut loop's running sums, the optimizer's): that value; then those rows nothing reads dropped. */
 static void join_rows(Graph *g, const Lifted *l) {
   if (!l->rows.count) return;
   PtrMap to = {0};

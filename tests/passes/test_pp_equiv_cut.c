@@ -67,8 +67,8 @@ static int check_unpack(const Module *m, const Module *none, const char *what) {
   count_unpack(m, &s, &a);
   count_unpack(none, &s0, &a0);
   bool ok = s == s0 && a == a0 && s0 > 0 && a0 > 0;
-  fprintf(stderr, "  %s: %d column slices and %d adds at the top level, %d and %d without the cut%s\n", what, s, a, s0, a0,
-          ok ? "" : " (FAIL: want as many)");
+  fprintf(stderr, "  %s: %d column slices and %d adds at the top level, %d and %d without the cut%s\n", what, s, a,
+          s0, a0, ok ? "" : " (FAIL: want as many)");
   return ok ? 0 : 1;
 }
 
