@@ -6,8 +6,10 @@
  * loop's would be (memplan_defer.c: Node.defer_last, the two scatters' inputs held in one place from one loop through
  * the other; codegen/emit.c, passes/cost.c). Tiny 8 layers (4 a stage), full recompute, pp 2 x dp 2, zb, zero 2, 4
  * micro-batches, hold(1), hold(2) and hold(3) (the first loop of 1, 2, 3 rows): every deferred scatter of a cut
- * loop waited in its cont's body (check_cut; the plan compiled without zdefer fails it), and two AdamW steps in the
- * fp64 interpreter equal to the single rank within 1e-10 (tb_equiv_micro).
+ * loop waited in its cont's body (check_cut; the plan compiled without zdefer fails it), the deferred scatters' results
+ * unpacked once over both loops' rows (check_unpack: the step's column slices and adds as many as without the cut,
+ * zb_w recompute's, 96 and 100; before zero_defer.c's defer_pair each half was unpacked on its own: 192 and 172),
+ * and two AdamW steps in the fp64 interpreter equal to the single rank within 1e-10 (tb_equiv_micro).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +50,28 @@ static int check_cut(const Module *m, const char *what) {
   return ok ? 0 : 1;
 }
 
+/* The step's top-level column slices (a packed scatter result's unpacking: a slice along a later dim) and adds (the
+ * running gradient sums') of m. */
+static void count_unpack(const Module *m, int *slices, int *adds) {
+  *slices = *adds = 0;
+  for (int i = 0; i < m->graph->nnodes; i++) {
+    const Node *n = m->graph->nodes[i];
+    *slices += n->op == OP_SLICE && n->a.axis > 0;
+    *adds += n->op == OP_ADD;
+  }
+}
+
+/* A cut plan's unpacking costs what the uncut plan's does (none: the plan compiled with zb_w recompute). */
+static int check_unpack(const Module *m, const Module *none, const char *what) {
+  int s, a, s0, a0;
+  count_unpack(m, &s, &a);
+  count_unpack(none, &s0, &a0);
+  bool ok = s == s0 && a == a0 && s0 > 0 && a0 > 0;
+  fprintf(stderr, "  %s: %d column slices and %d adds at the top level, %d and %d without the cut%s\n", what, s, a,
+          s0, a0, ok ? "" : " (FAIL: want as many)");
+  return ok ? 0 : 1;
+}
+
 int main(void) {
   FeDefine d[16] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "8"}, {"recompute", "full"}};
   int nd = 5;
@@ -59,6 +83,15 @@ int main(void) {
   Tensor tok = tb_randint(tb_shape(2, 8, 8), 101, 0, 256), tgt = tb_randint(tb_shape(2, 8, 8), 102, 0, 256);
   static const char *const hold[] = {"hold:1", "hold:2", "hold:3"};
   d[nd] = (FeDefine){"zero", "2"};
+  d[nd + 1] = (FeDefine){"zb_w", "recompute"};
+  Arena na;
+  arena_init(&na);
+  TbPp uncut = {.pp = 2, .dp = 2, .tp = 1, .sched = "zb", .micro = 1, .batch = 8, .import_dir = SHARDC_MODELS_DIR};
+  Module *none = tb_compile_pp(&na, TARGET_CPU, SHARDC_MODELS_DIR "/tiny.model", d, nd + 2, &uncut);
+  if (!none) {
+    fprintf(stderr, "FAIL %s: the plan with zb_w recompute does not compile\n", label);
+    return 1;
+  }
   for (int p = 0; p < 3; p++) {
     d[nd + 1] = (FeDefine){"zb_w", hold[p]};
     char what[128];
@@ -72,6 +105,7 @@ int main(void) {
       failures++;
     } else {
       failures += check_cut(pm, what);
+      failures += check_unpack(pm, none, what);
       failures += tb_equiv_micro(ref, pm, &tok, &tgt, 4, label, what, TOL, true);
     }
     if (p == 0) { /* the check fails the plan compiled without zdefer (every scatter waited in its own iteration) */
@@ -87,6 +121,7 @@ int main(void) {
   }
   tensor_free(&tok);
   tensor_free(&tgt);
+  arena_free(&na);
   arena_free(&ra);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
