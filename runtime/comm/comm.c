@@ -236,7 +236,8 @@ RtReq *rt_req_start(RtReq *q) {
   } else if (!q->seq_set) {
     q->seq_full = g->seq++;
   }
-  q->seq = (uint16_t)q->seq_full;
+  /* (a send's or receive's: 15 bits, the tag's 16th a pulled send's "done", ring.c RT_P2P_DONE) */
+  q->seq = (uint16_t)(q->op == RT_OP_SEND || q->op == RT_OP_RECV ? q->seq_full & 0x7fff : q->seq_full);
   if (rt_hier_usable(q)) { /* (the parts are requests of their own, in the active list; hier.c) */
     rt_hier_begin(q);
     return q;

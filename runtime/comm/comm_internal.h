@@ -74,6 +74,7 @@ typedef struct {
   bool mr_local;         /* provider needs local buffers registered */
   bool mr_endpoint;      /* registrations must be bound to the endpoint */
   int iov_limit;         /* pieces a message may be scattered over (1..RT_IOV_MAX; 1 with mr_local) */
+  size_t inject;         /* the provider's inject size: a send up to it completes when posted (no response) */
 } RtFabric;
 
 /* A posted message. ctx must come first: providers in FI_CONTEXT mode use it. */
@@ -266,6 +267,7 @@ struct RtComm {
   bool direct_push;      /* all-gather phases write into the peers instead of reading them */
   void *dstage;          /* [direct_chunk bytes] */
   uint64_t direct_count; /* collectives run by direct reads */
+  uint64_t p2p_pulled;   /* sends and receives pulled by the receiver (direct.c) */
   /* memory the peers can map (shmem.c) */
   bool shmem_ok;         /* memfd regions are made (SHARDRT_SHMEM != 0) */
   RtRegion *regions;     /* [nregions] ours, live */
@@ -355,6 +357,7 @@ uint64_t rt_direct_probe_addr(void);
 void rt_direct_init(RtComm *c);  /* after the fabric is open: probe CMA, read the settings */
 void rt_direct_close(RtComm *c);
 bool rt_direct_usable(const RtReq *q); /* the same answer on every member */
+bool rt_direct_p2p_usable(const RtReq *q); /* a send / receive pulled by the receiver (the same answer on both sides) */
 int rt_direct_begin(RtReq *q);   /* sets up q->dx; returns the number of steps */
 void rt_direct_post(RtReq *q, RtSlot *s,
                     void (*post)(RtReq *, RtSlot *, RtMsg *, bool is_recv, int member, void *buf, size_t bytes, void *desc));

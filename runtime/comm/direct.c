@@ -35,6 +35,17 @@
  * pair of local ranks (probed once at start-up) and the buffer is at least
  * SHARDRT_DIRECT_MIN bytes (SHARDRT_DIRECT=0 turns it off). Every member takes the same
  * decision from the same facts.
+ *
+ * Send / receive between two ranks of this host (a pipeline's activations, context parallelism's
+ * ring hops), over the shm provider's inject size: pulled. The sender sends its descriptor (an
+ * inject-sized message: complete when posted) and waits for a zero-byte "done"; the receiver reads
+ * the bytes out of the sender's buffer (its mapping, else process_vm_readv) once it has both the
+ * descriptor and its own receive, then sends "done". Why: the shm provider (libfabric 1.17)
+ * completes a larger send when the receiver's response comes back and takes its responses in
+ * order, so a send that no receive has matched yet (a pipeline's, its receiver busy) holds back the
+ * completion of every later send of this rank, whoever they go to; two pipeline stages each
+ * holding back the other's ring hop by such a send was a deadlock (pp 2 x cp 2, interleaved: ring
+ * sends not completing for ever). Every message here is inject-sized, so no send waits on anything.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -70,6 +81,7 @@ typedef struct {
   uint64_t bufs;    /* all_reduce_v: address of its char *[nbufs] */
   uint64_t starts;  /* all_reduce_v: address of its size_t [nbufs + 1] */
   int64_t nbufs;    /* all_reduce_v members, 0 for a plain buffer */
+  uint64_t count;   /* elements of the buffer (a pulled send's bytes: the receiver checks them) */
   RtRegion send_reg; /* the rt_comm_mem_alloc region holding send (all_reduce_v: the first member) */
   RtRegion recv_reg; /* the one holding recv (all_reduce_v: the same) */
 } RtDirectDesc;
@@ -266,6 +278,16 @@ bool rt_direct_usable(const RtReq *q) {
   return true;
 }
 
+bool rt_direct_p2p_usable(const RtReq *q) {
+  const RtComm *c = q->c;
+  if (!c->direct_ok || q->g->backend || (q->op != RT_OP_SEND && q->op != RT_OP_RECV)) return false;
+  int r = q->g->ranks[q->peer];
+  if (strcmp(c->fab[RT_FAB_INTRA].provider, "shm") != 0 || c->peer_fab[r] != RT_FAB_INTRA ||
+      strcmp(c->peers[r].host, c->peers[c->rank].host) != 0)
+    return false;
+  return q->count > c->fab[RT_FAB_INTRA].inject; /* (up to it the provider's send completes when posted) */
+}
+
 int rt_direct_begin(RtReq *q) {
   int n = q->n;
   struct RtDirect *d = calloc(1, sizeof *d);
@@ -274,6 +296,14 @@ int rt_direct_begin(RtReq *q) {
       !(d->heap = calloc((size_t)n, sizeof *d->heap)) || !(d->heap_start = calloc((size_t)n, sizeof *d->heap_start)))
     rt_fatal(RT_EXIT_COMM, "out of memory");
   q->dx = d;
+  if (q->op == RT_OP_SEND || q->op == RT_OP_RECV) { /* pulled: the sender's descriptor, then "done" */
+    RtDirectDesc *my = &d->desc[q->me];
+    my->send = (uint64_t)(uintptr_t)q->send;
+    my->count = q->count;
+    my->send_reg = rt_shmem_find(q->c, q->send);
+    q->c->p2p_pulled++;
+    return 2;
+  }
   q->c->direct_count++;
   size_t off, len;
   rt_block(q->count, n, q->me, &off, &len);
@@ -308,6 +338,15 @@ int rt_direct_begin(RtReq *q) {
 
 void rt_direct_post(RtReq *q, RtSlot *s, void (*post)(RtReq *, RtSlot *, RtMsg *, bool, int, void *, size_t, void *)) {
   struct RtDirect *d = q->dx;
+  if (q->op == RT_OP_SEND || q->op == RT_OP_RECV) { /* step 0: the descriptor; step 1: "done" (ring.c tags it) */
+    int p = q->peer;
+    bool send = q->op == RT_OP_SEND, desc = s->step == 0;
+    if (send == desc) /* the sender's descriptor, the receiver's "done" */
+      post(q, s, &d->msgs[2 * p + 1], false, p, desc ? &d->desc[q->me] : NULL, desc ? sizeof *d->desc : 0, NULL);
+    else
+      post(q, s, &d->msgs[2 * p], true, p, desc ? &d->desc[p] : NULL, desc ? sizeof *d->desc : 0, NULL);
+    return;
+  }
   for (int j = 1; j < q->n; j++) {
     int p = mod(q->me + j, q->n);
     bool desc = s->step == 0;
@@ -404,7 +443,29 @@ static void direct_gather(RtReq *q, bool from_output) {
   }
 }
 
+/* The receiver's pull: the sender's bytes (its descriptor) into our buffer. */
+static void p2p_pull(RtReq *q) {
+  struct RtDirect *d = q->dx;
+  const RtDirectDesc *pd = &d->desc[q->peer];
+  int rank = q->g->ranks[q->peer];
+  if (pd->count != q->count) {
+    char what[96];
+    snprintf(what, sizeof what, "sent %llu bytes where %zu were expected", (unsigned long long)pd->count, q->count);
+    rt_req_mismatch(q, rank, what);
+  }
+  RtView lv, rv;
+  view_one(&lv, (uint64_t)(uintptr_t)q->recv, 0, q->count);
+  view_one(&rv, pd->send, 0, q->count);
+  rv.reg = &pd->send_reg;
+  rv.map = rt_shmem_peer(q->c, rank, &pd->send_reg);
+  cma_xfer(q, rank, &lv, 0, &rv, 0, q->count, false);
+}
+
 void rt_direct_finish_step(RtReq *q, int step) {
+  if (q->op == RT_OP_SEND || q->op == RT_OP_RECV) {
+    if (step == 0 && q->op == RT_OP_RECV) p2p_pull(q);
+    return;
+  }
   if (step == 0) {
     for (int p = 0; p < q->n; p++)
       if (p != q->me) peer_views(q, p);

@@ -170,6 +170,7 @@ static void open_fabric(RtComm *c, RtFabric *f, struct fi_info *info) {
   f->mr_endpoint = (info->domain_attr->mr_mode & FI_MR_ENDPOINT) != 0;
   size_t lim = info->tx_attr->iov_limit < info->rx_attr->iov_limit ? info->tx_attr->iov_limit : info->rx_attr->iov_limit;
   f->iov_limit = f->mr_local || lim < 1 ? 1 : lim > RT_IOV_MAX ? RT_IOV_MAX : (int)lim;
+  f->inject = info->tx_attr->inject_size;
   /* SHARDRT_IOV_LIMIT lowers it (a larger value: the provider's limit holds) */
   int il = (int)rt_env_u64("SHARDRT_IOV_LIMIT", (uint64_t)f->iov_limit, 1, 1 << 20);
   if (il < f->iov_limit) f->iov_limit = il;

@@ -24,6 +24,10 @@
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
+/* A pulled send's "done" (direct.c): the top bit of a p2p tag's sequence field (p2p sequence numbers are
+ * 15 bits: comm.c), so that it meets no descriptor or message of the same pair, tag and number the other way. */
+#define RT_P2P_DONE (1ull << 47)
+
 static uint64_t make_tag(const RtReq *q, uint32_t low16) {
   bool p2p = q->op == RT_OP_SEND || q->op == RT_OP_RECV;
   uint64_t t = (uint64_t)(q->g->id & 0x7fff) << 48 | (uint64_t)q->seq << 32 | (uint64_t)(low16 & 0xffff) << 16;
@@ -124,8 +128,8 @@ static void post_msgv(RtReq *q, RtSlot *s, RtMsg *m, bool is_recv, int member, v
   m->bytes = bytes;
   m->mr = NULL;
   m->done = false;
-  if (q->op == RT_OP_SEND || q->op == RT_OP_RECV)
-    m->tag = make_tag(q, (uint32_t)q->utag);
+  if (q->op == RT_OP_SEND || q->op == RT_OP_RECV) /* (a pulled one's "done", step 1: its own tag, direct.c) */
+    m->tag = make_tag(q, (uint32_t)q->utag) | (q->direct && s->step == 1 ? RT_P2P_DONE : 0);
   else /* a broadcast chunk is sent at step 1 and received at step 0: index by channel only */
     m->tag = make_tag(q, (uint32_t)((s->chan & 0xff) << 8 | (q->op == RT_OP_BROADCAST ? 0 : s->step & 0xff)));
   s->pending++;
@@ -371,6 +375,10 @@ void rt_req_begin(RtReq *q) {
   case RT_OP_RECV:
     q->nchan = 1;
     q->nsteps = 1;
+    if (rt_direct_p2p_usable(q)) { /* on this host over shm: pulled by the receiver (direct.c) */
+      q->direct = true;
+      q->nsteps = rt_direct_begin(q);
+    }
     break;
   case RT_OP_COUNT: break;
   }

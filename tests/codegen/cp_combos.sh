@@ -6,7 +6,7 @@
 #   gradient-accumulation micro-steps), sharded over the dp x cp group: each gradient bucket
 #   reduce-scattered over the group, the optimizer states split over dp and then cp (asserted in the
 #   plan), each run's step-10 checkpoint resumed on one rank; at dp 1, ZeRO-3 over cp alone (the Llama,
-#   cp=2); pp=2 x cp=2 of the tiny GPT (1f1b, 4 micro-batches)
+#   cp=2); pp=2 x cp=2 of the tiny GPT (1f1b, 4 micro-batches; interleaved, 2 chunks)
 #   and of the Llama (cp_mode all2all, zb, 2 micro-batches): each stage's layers run their ring (or
 #   all-to-alls) among the stage's cp ranks; cp=2 x tp=2 + sp of the Llama (ring; all2all with 8
 #   heads / 4 kv heads): each cp rank's sequence split again over tp between the tp blocks (its
@@ -74,6 +74,15 @@ compare "llama seq 256 cp2 zero 3" "$t/cp2z3.jsonl" "$t/one.jsonl"
   -o "$t/tinypp" 2>/dev/null
 "${mpi[@]}" -np 4 "$t/tinypp" "${run[@]}" --log "$t/tinypp.jsonl" >/dev/null
 compare "tiny pp2 x cp2 1f1b" "$t/tinypp.jsonl" "$t/tiny1.jsonl"
+# interleaved (2 chunks a stage, 4 micro-batches): a stage's activation send waits for its receiver while the
+# stage's ring hops go on; over shm that held the hops' sends back for ever (a deadlock: the provider completes
+# a rank's sends in order) until sends on one host were pulled by their receivers (runtime/comm/direct.c)
+"$shardc" build models/tiny.model -D layers=4 -D seq=64 -D micro_batch=4 --world 1 -o "$t/tiny4" 2>/dev/null
+"$t/tiny4" "${run[@]}" --threads 2 --log "$t/tiny4.jsonl" >/dev/null
+"$shardc" build models/tiny.model -D layers=4 -D seq=64 -D batch=4 -D micro_batch=1 -D dp=1 -D pp=2 -D cp=2 \
+  -D schedule=interleaved -D interleave=2 --world 4 -o "$t/tinyppi" 2>/dev/null
+"${mpi[@]}" -np 4 -x SHARDRT_TIMEOUT=60 "$t/tinyppi" "${run[@]}" --log "$t/tinyppi.jsonl" >/dev/null
+compare "tiny 4 layers pp2 x cp2 int2" "$t/tinyppi.jsonl" "$t/tiny4.jsonl"
 "$shardc" build "${m[@]/micro_batch=2/micro_batch=1}" -D tp=1 -D pp=2 -D cp=2 -D cp_mode=all2all -D schedule=zb \
   --world 4 -o "$t/pp2cp2" 2>/dev/null
 "${mpi[@]}" -np 4 "$t/pp2cp2" "${run[@]}" --log "$t/pp2cp2.jsonl" >/dev/null

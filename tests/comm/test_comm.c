@@ -23,6 +23,11 @@
  *                       say they died while it waited
  *   test_comm usererr   every rank writes its pid to $SHARDRT_TEST_PIDFILE.<rank>, then rank 0
  *                       exits 1 (as a user error does) while the others wait in an all-reduce
+ *   test_comm p2p_order every rank sends each other one a message it will receive only later (a
+ *                       pipeline's activation), then exchanges others with it and waits for them (a ring
+ *                       hop), then receives the first: over the shm provider this deadlocked (its sends
+ *                       complete in order, the first one's receiver busy in the exchange) until the
+ *                       receiver pulled them (direct.c); the bytes must arrive intact, at several sizes
  *   test_comm mesh      checks a 2x2 mesh against the launched world (launch-time check)
  *   test_comm tune      rt_comm_autotune: every rank gets the same threshold, within
  *                       [4 KiB, a slot]; collectives on both sides of it still match the
@@ -612,6 +617,40 @@ static _Noreturn void mode_kill(RtComm *c) {
   }
 }
 
+/* p2p_order (above): a send received only after an exchange that waits for its own sends. */
+static void mode_p2p_order(RtComm *c, int world) {
+  RtGroup *w = rt_group_world(c);
+  static const size_t sizes[] = {100, 4096, 4097, 8192, 1 << 20};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    size_t n = sizes[k];
+    char *early = xmalloc(n), *xs = xmalloc(n);
+    char **got = xmalloc((size_t)world * sizeof *got), **xr = xmalloc((size_t)world * sizeof *xr);
+    RtReq **se = xmalloc((size_t)world * sizeof *se), **ex = xmalloc(2 * (size_t)world * sizeof *ex);
+    for (size_t i = 0; i < n; i++) early[i] = (char)(me_rank * 31 + i * 7 + k), xs[i] = (char)(me_rank * 17 + i * 3 + k);
+    for (int p = 0; p < world; p++) /* the early sends, to be received last */
+      if (p != me_rank) se[p] = rt_send_start(w, p, early, n, 7);
+    for (int p = 0; p < world; p++) {
+      got[p] = xmalloc(n), xr[p] = xmalloc(n);
+      if (p == me_rank) continue;
+      ex[2 * p] = rt_recv_start(w, p, xr[p], n, 8);
+      ex[2 * p + 1] = rt_send_start(w, p, xs, n, 8);
+    }
+    for (int p = 0; p < world; p++)
+      if (p != me_rank) rt_wait(ex[2 * p]), rt_wait(ex[2 * p + 1]);
+    for (int p = 0; p < world; p++)
+      if (p != me_rank) rt_wait(rt_recv_start(w, p, got[p], n, 7));
+    for (int p = 0; p < world; p++)
+      if (p != me_rank) rt_wait(se[p]);
+    int bad = 0;
+    for (int p = 0; p < world; p++)
+      for (size_t i = 0; p != me_rank && i < n; i++)
+        bad += got[p][i] != (char)(p * 31 + i * 7 + k) || xr[p][i] != (char)(p * 17 + i * 3 + k);
+    CHECK_RANK(me_rank, !bad, "p2p_order %zu bytes: %d bytes wrong", n, bad);
+    for (int p = 0; p < world; p++) free(got[p]), free(xr[p]);
+    free(got), free(xr), free(se), free(ex), free(early), free(xs);
+  }
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "coll";
   RtBoot boot;
@@ -634,6 +673,8 @@ int main(int argc, char **argv) {
   float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   if (strcmp(mode, "coll") == 0) {
     mode_coll(c, boot.world);
+  } else if (strcmp(mode, "p2p_order") == 0) {
+    mode_p2p_order(c, boot.world);
   } else if (strcmp(mode, "tune") == 0) {
     mode_tune(c);
   } else if (strcmp(mode, "tune_nodes") == 0) {
