@@ -8,6 +8,8 @@
 /* A schedule's loads in flight at one stage and position (plan_model_pp.c's header says what they count). */
 typedef struct {
   int a, b, h; /* b (zb): backwards whose weight gradients (W) have not run */
+  int fresh;   /* zb: 1 where the stage's last instruction was a B (of b, the one whose input the plan has not freed
+                  yet: at its end B's hand-off and what only it read of its forward's activations are both live) */
   int hf, hl;  /* of h, the embedding's (made by the first stage's B) and the head's (the last stage's F): an
                   untied model's stays on its own stage (passes/pipe_owners.c), a tied one's on both ends */
   int last;              /* the last stage's (it holds the logits) */
@@ -64,6 +66,7 @@ double pp_stage_loads_v(const struct PpProfile *pr, const int64_t *n, int nv, in
  * under recompute r what B's recompute made that W reads (plan_model_pp.c says how each is counted). */
 double zb_handoff_units(const PlanModel *pm, double tp, bool sp);
 double zb_held_units(const PlanModel *pm, RecomputeKind r);
+double zb_freed_units(const PlanModel *pm, RecomputeKind r);
 double sel_act_units(const PlanModel *pm, int cp);
 
 /* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
