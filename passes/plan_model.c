@@ -15,8 +15,7 @@
 
 /* Activations a layer keeps per token for its backward, in units of hidden x the compute dtype's
  * bytes, as the memory plan has them (GPT-2 124M, bf16, one rank, 1-4 layers: none 16.0, selective
- * 11.0, full 1.0 — the layer's input; none and selective: the model's own, none_act_units and sel_act_units,
- * 16 and 11 for GPT-2, 17 and 12.5 for Llama-3-8B); with
+ * 11.0, full 1.0 — the layer's input; selective: the model's own, sel_act_units, 11 for GPT-2); with
  * tp and sp all of it is split, without sp the part outside the tp regions (layer norms, residuals:
  * about 4 units; full: the input) is not. */
 static const double act_units[3] = {16.0, 1.0, 11.0}; /* RecomputeKind order: none, full, selective */
@@ -360,10 +359,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0);
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
-  double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP
-              : r == RECOMPUTE_SELECTIVE                ? sel_act_units(pm, c->cp)
-              : r == RECOMPUTE_NONE                     ? none_act_units(pm)
-                                                        : act_units[r];
+  double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : r == RECOMPUTE_SELECTIVE ? sel_act_units(pm, c->cp) : act_units[r];
   double per_layer = unit * (c->sp || tp == 1 ? au / tp : au / tp + act_rep_units[r] * (1 - 1 / tp));
   double head = tok * (pm->vocab / tp * 4 + 2 * d * cb);         /* the logits in f32, the final norm */
   double copies = cb < 4 ? p_other / 2 : 0;                      /* the compute-precision copy of the embeddings */
@@ -445,8 +441,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * deferred input is the packed gradient `flat` counts, as pp 1's is (Llama-3-8B dp 256 tp 2+sp pp 4 zb z3, the
    * last stage's W body compiled: 944 MiB deferred, 832 not, two 416 MiB layers' f32 gradients) */
   if (defer) {
-    double freed = unit * (c->sp || tp == 1 ? none_act_units(pm) / tp
-                                            : none_act_units(pm) / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
+    double freed = unit * (c->sp || tp == 1 ? act_units[RECOMPUTE_NONE] / tp
+                                            : act_units[RECOMPUTE_NONE] / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
     e->cls[MEM_GRAD] += packed > 0 && c->pp <= 1 ? p_layer : packed > 0 && zb ? 0 : fmin(p_layer, freed);
   }
   /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3:

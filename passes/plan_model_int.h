@@ -68,7 +68,6 @@ double zb_handoff_units(const PlanModel *pm, double tp, bool sp);
 double zb_held_units(const PlanModel *pm, RecomputeKind r);
 double zb_freed_units(const PlanModel *pm, RecomputeKind r);
 double sel_act_units(const PlanModel *pm, int cp);
-double none_act_units(const PlanModel *pm);
 
 /* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
 static inline double ring_s(double bytes, double factor, int n, double bw, double lat) {
