@@ -577,7 +577,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   }
   if (c->pp > 1) { /* the schedule's in-flight loads (pp_profile) at their heaviest */
     const PpProfile *pr;
-    const PpPlay *play = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, key, lkey0, &pr, true);
+    const PpPlay *play = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, key, lkey0, nv == c->pp ? n : NULL, &pr, true);
     e->bubble = play->bubble; /* the lists played with the stages' times */
     e->pp_span_s = play->span * tf;
     e->pp_busy_s = play->busy * tf;

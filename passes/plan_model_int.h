@@ -31,6 +31,8 @@ struct PpProfile {
   PipeSchedule kind;
   int pp, M, v, n;       /* n: loads (each stage's Pareto set, in stage order) */
   double lkey[PP_KEYS];   /* zb: the stage times its lists were made with (key[0 .. PK_MERGE) to 1/8 of F); else 0 */
+  short lay[RT_MAX_STAGES]; /* zb over uneven stages: each stage's layers, its F, B and W scaled by them over the
+                               largest's (the pipe pass's lists are made with each stage's own times); else 0 */
   PipeSched s;            /* the lists */
   PipeStep *order;        /* pipe_sched_check's order of them */
   PpLoad *load;
@@ -43,9 +45,9 @@ struct PpProfile {
 /* x (a stage time over a middle stage's forward) rounded as the profiles' keys are. */
 double pp_round(double x);
 /* The lists of a schedule as the pipe pass makes them, their loads in flight and, with play, their play
- * with the stage times key (memoised in pm). */
+ * with the stage times key (memoised in pm); zb's over uneven stages lay[pp] (NULL: even) with each stage's. */
 const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
-                         const double *list_key, const PpProfile **prof, bool play);
+                         const double *list_key, const int64_t *lay, const PpProfile **prof, bool play);
 void pp_profiles_free(PlanModel *pm);
 void pp_splits_free(PlanModel *pm);
 /* `layers(balanced)` against the device's memory (replan.c's stage_memory, pipe_balance_calibrate) on the

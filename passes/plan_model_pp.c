@@ -75,12 +75,16 @@ static double pp_lkey(double x) { return floor(x * 8 + 0.5) / 8; }
 
 /* The lists as the pipe pass makes them: zb's with the stage times of key (per stage F, B, W; the
  * first's F and B with the embedding, the last's F with the head), the others' without times. */
-static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double *key) {
+static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double *key, const short *lay) {
   if (kind != SCHED_ZB) return pipe_sched_make(kind, pp, M, v);
-  double *t = calloc(3 * (size_t)pp + 1, sizeof *t), k[PK_MERGE];
+  double *t = calloc(3 * (size_t)pp + 1, sizeof *t), k[PK_MERGE], most = 0;
   if (!t) die("plan model: out of memory");
   for (int i = 0; i < PK_MERGE; i++) k[i] = pp_lkey(key[i]);
-  for (int st = 0; st < pp; st++) t[st] = 1, t[pp + st] = k[PK_B], t[2 * pp + st] = k[PK_W];
+  for (int st = 0; lay && st < pp; st++) most = fmax(most, lay[st]);
+  for (int st = 0; st < pp; st++) {
+    double f = most > 0 ? lay[st] / most : 1; /* (uneven: the stage's layers over the largest's) */
+    t[st] = f, t[pp + st] = k[PK_B] * f, t[2 * pp + st] = k[PK_W] * f;
+  }
   t[0] += k[PK_F0], t[pp] += k[PK_B0], t[pp - 1] += k[PK_FL], t[2 * pp - 1] += k[PK_BL];
   for (int i = 0; i < 3 * pp; i++) t[i] = fmax(t[i], 1.0 / 16); /* (an uneven split's lighter stages) */
   PipeSched s = pipe_sched_make_timed(kind, pp, M, v, t);
@@ -122,7 +126,7 @@ static double play_lists(const PipeSched *s, const PipeStep *order, const double
 
 double plan_pp_play(PipeSchedule kind, int pp, int M, int v, const double *key, PipeSched *lists, double *busy_last,
                     double *bubble) {
-  PipeSched s = pp_lists(kind, pp, M, v, key);
+  PipeSched s = pp_lists(kind, pp, M, v, key, NULL);
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
@@ -140,7 +144,7 @@ double plan_pp_play(PipeSchedule kind, int pp, int M, int v, const double *key, 
 static void pp_loads(PpProfile *p, const double *key) {
   PipeSchedule kind = p->kind;
   int pp = p->pp, M = p->M;
-  p->s = pp_lists(kind, pp, M, p->v, key);
+  p->s = pp_lists(kind, pp, M, p->v, key, p->lay[0] ? p->lay : NULL);
   PipeSched s = p->s;
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
@@ -208,16 +212,23 @@ static void pp_loads(PpProfile *p, const double *key) {
  * schedule, pp, micro-batches, chunks and, zb, the times its lists were made with), and their play
  * with the stage times key (kept by key). */
 const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
-                                const double *list_key, const PpProfile **prof, bool play) {
+                                const double *list_key, const int64_t *lay, const PpProfile **prof, bool play) {
   double lkey[PP_KEYS] = {0};
+  short ly[RT_MAX_STAGES] = {0};
+  bool uneven = false;
   if (kind == SCHED_ZB)
     for (int i = 0; i < PK_MERGE; i++) lkey[i] = pp_lkey(list_key[i]);
+  for (int st = 0; kind == SCHED_ZB && lay && st < pp && st < RT_MAX_STAGES; st++) ly[st] = (short)lay[st], uneven |= lay[st] != lay[0];
+  if (!uneven) memset(ly, 0, sizeof ly); /* (even: the even lists) */
   PpProfile *p = pm->profiles;
-  while (p && !(p->kind == kind && p->pp == pp && p->M == M && p->v == v && !memcmp(p->lkey, lkey, sizeof lkey))) p = p->next;
+  while (p && !(p->kind == kind && p->pp == pp && p->M == M && p->v == v && !memcmp(p->lkey, lkey, sizeof lkey) &&
+                !memcmp(p->lay, ly, sizeof ly)))
+    p = p->next;
   if (!p) {
     if (!(p = calloc(1, sizeof *p))) die("plan model: out of memory");
     *p = (PpProfile){.kind = kind, .pp = pp, .M = M, .v = v, .next = pm->profiles};
     memcpy(p->lkey, lkey, sizeof lkey);
+    memcpy(p->lay, ly, sizeof ly);
     pm->profiles = p;
     pp_loads(p, lkey);
   }
@@ -355,7 +366,7 @@ static const PpProfile *balance_figures(PlanModel *pm, const PlanCand *c, const 
   int pp = c->pp, v = c->sched == SCHED_INTERLEAVED ? c->v : 1, nv = pp * v;
   double u = e->bal_f + e->bal_b;
   const PpProfile *pr;
-  pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, e->pp_key, &pr, false);
+  pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, e->pp_key, NULL, &pr, false);
   double f[SPLIT_FIG] = {pp_round(e->bal_f / u), pp_round(e->bal_f0 / u), pp_round(e->bal_b0 / u), pp_round(e->bal_fl / u),
                          pp_round(e->bal_head / e->bal_act), pp_round(e->bal_bytes / e->bal_act), (double)nv};
   memcpy(fig, f, sizeof f);
