@@ -577,7 +577,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   }
   if (c->pp > 1) { /* the schedule's in-flight loads (pp_profile) at their heaviest */
     const PpProfile *pr;
-    const PpPlay *play = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, key, lkey0, &pr, true);
+    const PpPlay *play = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, key, lkey0, nv == c->pp ? n : NULL, &pr, true);
     e->bubble = play->bubble; /* the lists played with the stages' times */
     e->pp_span_s = play->span * tf;
     e->pp_busy_s = play->busy * tf;
@@ -608,6 +608,11 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       S -= (per_layer - unit * (c->sp || tp == 1 ? act_units[RECOMPUTE_FULL] / tp
                                                  : act_units[RECOMPUTE_FULL] / tp + act_rep_units[RECOMPUTE_FULL] * (1 - 1 / tp))) *
            lst / c->v * ulay;
+    /* zb: what of the forward's activations only B reads, freed at B's end: a micro-batch awaiting W holds A less
+     * it, but for the stage's B just run (l->fresh: at its end its hand-off and its inputs are both live); W
+     * recomputing from F's values (`zb_w recompute`, hold(N)'s others) reads them (zb_freed_units) */
+    double zf = c->sched == SCHED_ZB ? zb_freed_units(pm, c->rec) * (1 - zb_unheld(e, lst)) : 0;
+    double Fb = unit * (c->sp || tp == 1 || zf <= 0 ? zf / tp : (zf - 1) / tp + 1) * lst / c->v * ulay;
     A *= ulay;
     /* uneven stages without chunks: each stage's loads in flight priced with its own layers (spread over
      * every stage, the most loaded one's layers put the first stage's 16 micro-batches in flight at 8
@@ -615,6 +620,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * 1.02 x the compiled 78.2 GiB, whose peak is stage 1's) */
     bool own = n && nv == c->pp && lst * ulay > 0;
     double perA = own ? A / (lst * ulay) : 0, perS = own ? S / (lst * ulay) : 0; /* (a layer's, of one micro-batch) */
+    double perF = own ? Fb / (lst * ulay) : 0;
     /* the parameters outside the layers and their optimizer state: on their end stage alone
      * (passes/pipe_owners.c; their gradients' sums are every rank's), so the peak's stage's (Llama-3-405B
      * pp 16 z1: the embedding's and the head's 2 x 0.98 GiB f32 on every stage was 2.2 GiB over the
@@ -628,7 +634,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     for (int i = 0; i < pr->n; i++) {
       const PpLoad *l = &pr->load[i];
       double As = own ? perA * (double)n[l->stage] : A, Ss = own ? perS * (double)n[l->stage] : S;
-      double x = l->a * As + l->b * Ss + pp_grads_held(l, pm->tied) * H + l->last * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
+      double Fs = own ? perF * (double)n[l->stage] : Fb;
+      double x = l->a * As + l->b * Ss - (l->b - l->fresh) * Fs + pp_grads_held(l, pm->tied) * H + l->last * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
       if (x > most || !peak) most = x, peak = l;
       if (own && l->stage < RT_MAX_STAGES && x > stage_x[l->stage]) stage_x[l->stage] = x;
     }

@@ -8,6 +8,8 @@
 /* A schedule's loads in flight at one stage and position (plan_model_pp.c's header says what they count). */
 typedef struct {
   int a, b, h; /* b (zb): backwards whose weight gradients (W) have not run */
+  int fresh;   /* zb: 1 where the stage's last instruction was a B (of b, the one whose input the plan has not freed
+                  yet: at its end B's hand-off and what only it read of its forward's activations are both live) */
   int hf, hl;  /* of h, the embedding's (made by the first stage's B) and the head's (the last stage's F): an
                   untied model's stays on its own stage (passes/pipe_owners.c), a tied one's on both ends */
   int last;              /* the last stage's (it holds the logits) */
@@ -29,6 +31,8 @@ struct PpProfile {
   PipeSchedule kind;
   int pp, M, v, n;       /* n: loads (each stage's Pareto set, in stage order) */
   double lkey[PP_KEYS];   /* zb: the stage times its lists were made with (key[0 .. PK_MERGE) to 1/8 of F); else 0 */
+  short lay[RT_MAX_STAGES]; /* zb over uneven stages: each stage's layers, its F, B and W scaled by them over the
+                               largest's (the pipe pass's lists are made with each stage's own times); else 0 */
   PipeSched s;            /* the lists */
   PipeStep *order;        /* pipe_sched_check's order of them */
   PpLoad *load;
@@ -41,9 +45,9 @@ struct PpProfile {
 /* x (a stage time over a middle stage's forward) rounded as the profiles' keys are. */
 double pp_round(double x);
 /* The lists of a schedule as the pipe pass makes them, their loads in flight and, with play, their play
- * with the stage times key (memoised in pm). */
+ * with the stage times key (memoised in pm); zb's over uneven stages lay[pp] (NULL: even) with each stage's. */
 const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
-                         const double *list_key, const PpProfile **prof, bool play);
+                         const double *list_key, const int64_t *lay, const PpProfile **prof, bool play);
 void pp_profiles_free(PlanModel *pm);
 void pp_splits_free(PlanModel *pm);
 /* `layers(balanced)` against the device's memory (replan.c's stage_memory, pipe_balance_calibrate) on the
@@ -64,6 +68,7 @@ double pp_stage_loads_v(const struct PpProfile *pr, const int64_t *n, int nv, in
  * under recompute r what B's recompute made that W reads (plan_model_pp.c says how each is counted). */
 double zb_handoff_units(const PlanModel *pm, double tp, bool sp);
 double zb_held_units(const PlanModel *pm, RecomputeKind r);
+double zb_freed_units(const PlanModel *pm, RecomputeKind r);
 double sel_act_units(const PlanModel *pm, int cp);
 
 /* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */

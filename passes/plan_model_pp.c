@@ -39,12 +39,12 @@ static bool chunks_ge(const PpLoad *x, const PpLoad *y) {
 static void pareto_add(LoadSet *p, PpLoad x) {
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->v[i];
-    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->hf >= x.hf && y->hl >= x.hl && y->last >= x.last && y->first >= x.first && chunks_ge(y, &x)) return;
+    if (y->a >= x.a && y->b >= x.b && y->fresh >= x.fresh && y->h >= x.h && y->hf >= x.hf && y->hl >= x.hl && y->last >= x.last && y->first >= x.first && chunks_ge(y, &x)) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->v[i];
-    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.hf >= y->hf && x.hl >= y->hl && x.last >= y->last && x.first >= y->first && chunks_ge(&x, y)))
+    if (!(x.a >= y->a && x.b >= y->b && x.fresh >= y->fresh && x.h >= y->h && x.hf >= y->hf && x.hl >= y->hl && x.last >= y->last && x.first >= y->first && chunks_ge(&x, y)))
       p->v[k++] = *y;
   }
   p->n = k;
@@ -75,12 +75,16 @@ static double pp_lkey(double x) { return floor(x * 8 + 0.5) / 8; }
 
 /* The lists as the pipe pass makes them: zb's with the stage times of key (per stage F, B, W; the
  * first's F and B with the embedding, the last's F with the head), the others' without times. */
-static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double *key) {
+static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double *key, const short *lay) {
   if (kind != SCHED_ZB) return pipe_sched_make(kind, pp, M, v);
-  double *t = calloc(3 * (size_t)pp + 1, sizeof *t), k[PK_MERGE];
+  double *t = calloc(3 * (size_t)pp + 1, sizeof *t), k[PK_MERGE], most = 0;
   if (!t) die("plan model: out of memory");
   for (int i = 0; i < PK_MERGE; i++) k[i] = pp_lkey(key[i]);
-  for (int st = 0; st < pp; st++) t[st] = 1, t[pp + st] = k[PK_B], t[2 * pp + st] = k[PK_W];
+  for (int st = 0; lay && st < pp; st++) most = fmax(most, lay[st]);
+  for (int st = 0; st < pp; st++) {
+    double f = most > 0 ? lay[st] / most : 1; /* (uneven: the stage's layers over the largest's) */
+    t[st] = f, t[pp + st] = k[PK_B] * f, t[2 * pp + st] = k[PK_W] * f;
+  }
   t[0] += k[PK_F0], t[pp] += k[PK_B0], t[pp - 1] += k[PK_FL], t[2 * pp - 1] += k[PK_BL];
   for (int i = 0; i < 3 * pp; i++) t[i] = fmax(t[i], 1.0 / 16); /* (an uneven split's lighter stages) */
   PipeSched s = pipe_sched_make_timed(kind, pp, M, v, t);
@@ -122,7 +126,7 @@ static double play_lists(const PipeSched *s, const PipeStep *order, const double
 
 double plan_pp_play(PipeSchedule kind, int pp, int M, int v, const double *key, PipeSched *lists, double *busy_last,
                     double *bubble) {
-  PipeSched s = pp_lists(kind, pp, M, v, key);
+  PipeSched s = pp_lists(kind, pp, M, v, key, NULL);
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
@@ -140,19 +144,19 @@ double plan_pp_play(PipeSchedule kind, int pp, int M, int v, const double *key, 
 static void pp_loads(PpProfile *p, const double *key) {
   PipeSchedule kind = p->kind;
   int pp = p->pp, M = p->M;
-  p->s = pp_lists(kind, pp, M, p->v, key);
+  p->s = pp_lists(kind, pp, M, p->v, key, p->lay[0] ? p->lay : NULL);
   PipeSched s = p->s;
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
   int *a = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
-  int *bw = calloc((size_t)pp, sizeof(int));
+  int *bw = calloc((size_t)pp, sizeof(int)), *fr = calloc((size_t)pp, sizeof(int)); /* fr: the stage's last a B */
   char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held */
   char *hmf = calloc((size_t)M, 1), *hml = calloc((size_t)M, 1); /* of those, the embedding's, the head's */
   short *ac = calloc((size_t)pp * PIPE_LOAD_CHUNKS, sizeof *ac); /* [stage][chunk]: its forwards held */
   LoadSet *set = calloc((size_t)pp, sizeof *set);
   char msg[256];
-  if (!order || !a || !left || !hm || !hmf || !hml || !bw || !set || !ac) die("plan model: out of memory");
+  if (!order || !a || !left || !hm || !hmf || !hml || !bw || !fr || !set || !ac) die("plan model: out of memory");
   bool zb = kind == SCHED_ZB;
   if (pipe_sched_check(&s, 1, order, msg, sizeof msg)) {
     int last = pp * s.v - 1, h = 0, hf = 0, hl = 0, done = 0;
@@ -174,8 +178,9 @@ static void pp_loads(PpProfile *p, const double *key) {
         a[st]--, bw[st]--, ac[st * PIPE_LOAD_CHUNKS + ch]--;
       }
       left[in.mb]--;
+      fr[st] = zb && in.op == 'B';
       for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) {
-        PpLoad l = {a[q], bw[q], h, hf, hl, q == pp - 1, q == 0, q, {0}};
+        PpLoad l = {a[q], bw[q], h, fr[q], hf, hl, q == pp - 1, q == 0, q, {0}};
         if (s.v > 1) memcpy(l.ac, ac + q * PIPE_LOAD_CHUNKS, sizeof l.ac); /* (else one chunk: a) */
         pareto_add(&set[q], l);
       }
@@ -200,23 +205,30 @@ static void pp_loads(PpProfile *p, const double *key) {
   }
   if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
   else free(order);
-  free(a), free(left), free(hm), free(hmf), free(hml), free(bw), free(ac);
+  free(a), free(left), free(hm), free(hmf), free(hml), free(bw), free(fr), free(ac);
 }
 
 /* The lists of a schedule as the pipe pass makes them (pp_lists), their loads in flight (kept by
  * schedule, pp, micro-batches, chunks and, zb, the times its lists were made with), and their play
  * with the stage times key (kept by key). */
 const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
-                                const double *list_key, const PpProfile **prof, bool play) {
+                                const double *list_key, const int64_t *lay, const PpProfile **prof, bool play) {
   double lkey[PP_KEYS] = {0};
+  short ly[RT_MAX_STAGES] = {0};
+  bool uneven = false;
   if (kind == SCHED_ZB)
     for (int i = 0; i < PK_MERGE; i++) lkey[i] = pp_lkey(list_key[i]);
+  for (int st = 0; kind == SCHED_ZB && lay && st < pp && st < RT_MAX_STAGES; st++) ly[st] = (short)lay[st], uneven |= lay[st] != lay[0];
+  if (!uneven) memset(ly, 0, sizeof ly); /* (even: the even lists) */
   PpProfile *p = pm->profiles;
-  while (p && !(p->kind == kind && p->pp == pp && p->M == M && p->v == v && !memcmp(p->lkey, lkey, sizeof lkey))) p = p->next;
+  while (p && !(p->kind == kind && p->pp == pp && p->M == M && p->v == v && !memcmp(p->lkey, lkey, sizeof lkey) &&
+                !memcmp(p->lay, ly, sizeof ly)))
+    p = p->next;
   if (!p) {
     if (!(p = calloc(1, sizeof *p))) die("plan model: out of memory");
     *p = (PpProfile){.kind = kind, .pp = pp, .M = M, .v = v, .next = pm->profiles};
     memcpy(p->lkey, lkey, sizeof lkey);
+    memcpy(p->lay, ly, sizeof ly);
     pm->profiles = p;
     pp_loads(p, lkey);
   }
@@ -267,6 +279,25 @@ double zb_held_units(const PlanModel *pm, RecomputeKind r) {
     if (pm->lt[i].mat && !pm->lt[i].early) late++, last = pm->lt[i].numel;
   if (late < 2 || pm->d <= 0) return 6; /* (not found: a GPT's 2 + 4) */
   return 2 + (late - 2) * last / (pm->d * pm->d);
+}
+
+/* zb: what of a micro-batch's forward activations B frees (W does not read them), a layer, in hidden states per token
+ * before tp: W takes every stacked value of the forward that B's recompute did not replace (passes/pipe_split.c's
+ * W reads the backward loop's stacked inputs; passes/recompute.c drops the replaced ones W does not read), so
+ * under selective recompute what B re-derives from F's kept values: the attention's inputs made from the early
+ * GEMMs' outputs (rotary-embedded Q and K, or a fused QKV's slices; an unfused V, the last of three or more early
+ * matrices, the attention reads as F keeps it: W keeps it too) and the attention block's output (a hidden state).
+ * Llama-3-8B 1 + 1 + 0.25 = 2.25 of its 12.5 (tp 2+sp pp 4 zb z3, the last stage's peak compiled, the end of its
+ * 4th B: F's stacks of three micro-batches 2624 MiB, the fourth's 3200, B's hand-off 3456 each); tiny (a fused QKV)
+ * 1 + 3. None and full: none (none's W takes every stacked value; full's held input: zb_held_units). Not found: 4. */
+double zb_freed_units(const PlanModel *pm, RecomputeKind r) {
+  if (r != RECOMPUTE_SELECTIVE) return 0;
+  if (pm->nlt <= 0 || pm->d <= 0) return 4;
+  int early = 0;
+  double u = 1, last = 0;
+  for (int i = 0; i < pm->nlt; i++)
+    if (pm->lt[i].mat && pm->lt[i].early) early++, last = pm->lt[i].out / pm->d, u += last;
+  return early >= 3 ? u - last : u;
 }
 
 /* Selective recompute's activations a layer keeps per token and rank (hidden states, before tp): what the
@@ -335,7 +366,7 @@ static const PpProfile *balance_figures(PlanModel *pm, const PlanCand *c, const 
   int pp = c->pp, v = c->sched == SCHED_INTERLEAVED ? c->v : 1, nv = pp * v;
   double u = e->bal_f + e->bal_b;
   const PpProfile *pr;
-  pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, e->pp_key, &pr, false);
+  pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, e->pp_key, NULL, &pr, false);
   double f[SPLIT_FIG] = {pp_round(e->bal_f / u), pp_round(e->bal_f0 / u), pp_round(e->bal_b0 / u), pp_round(e->bal_fl / u),
                          pp_round(e->bal_head / e->bal_act), pp_round(e->bal_bytes / e->bal_act), (double)nv};
   memcpy(fig, f, sizeof f);
