@@ -44,6 +44,7 @@ RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt) {
   const char *node = getenv("SHARDRT_NODE");
   snprintf(me.node, sizeof me.node, "%s", node && *node ? node : boot->host);
   me.probe = rt_direct_probe_addr();
+  rt_direct_allow_peers(c); /* (before any peer can probe this rank) */
   rt_boot_allgather(boot, &me, c->peers, sizeof me);
   rt_fabric_open(c, &o);
   rt_shmem_init(c);

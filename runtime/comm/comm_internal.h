@@ -262,6 +262,7 @@ struct RtComm {
   RtGroup *world_group;
   /* direct reads between local ranks (direct.c) */
   bool direct_ok;        /* every rank can read its local peers' memory (and SHARDRT_DIRECT != 0) */
+  bool direct_want;      /* SHARDRT_DIRECT (rt_direct_allow_peers) */
   size_t direct_min;     /* bytes: smaller collectives take the ring */
   size_t direct_chunk;   /* bytes of the reduction staging slab */
   bool direct_push;      /* all-gather phases write into the peers instead of reading them */
@@ -354,6 +355,7 @@ int rt_mbox_waiting(const RtReq *q, int *peers, bool *first, int max);
 
 /* direct.c */
 uint64_t rt_direct_probe_addr(void);
+void rt_direct_allow_peers(RtComm *c); /* before the peers' addresses are exchanged: SHARDRT_DIRECT, Yama's ptracer */
 void rt_direct_init(RtComm *c);  /* after the fabric is open: probe CMA, read the settings */
 void rt_direct_close(RtComm *c);
 bool rt_direct_usable(const RtReq *q); /* the same answer on every member */

@@ -54,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -509,8 +510,17 @@ static volatile uint64_t probe_word = 0x5348415244525421ull; /* "SHARDRT!" */
 
 uint64_t rt_direct_probe_addr(void) { return (uint64_t)(uintptr_t)&probe_word; }
 
+void rt_direct_allow_peers(RtComm *c) {
+  c->direct_want = rt_env_switch("SHARDRT_DIRECT", true); /* (read strictly: runtime/base.h) */
+  /* Under Yama's ptrace_scope 1 (Ubuntu's default) a process may read only its descendants' memory, so
+   * sibling ranks' process_vm_readv fails and the probe below would turn the direct paths off (and with them
+   * the sends pulled by their receivers): let any process of this user attach, as MPI libraries do for
+   * cross-memory attach. (Without Yama: EINVAL, nothing to allow.) */
+  if (c->direct_want) (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+}
+
 void rt_direct_init(RtComm *c) {
-  bool want = rt_env_switch("SHARDRT_DIRECT", true); /* (read strictly: runtime/base.h) */
+  bool want = c->direct_want;
   c->direct_min = (size_t)rt_env_u64("SHARDRT_DIRECT_MIN", (size_t)64 << 10, 0, SIZE_MAX);
   c->direct_chunk = (size_t)rt_env_u64("SHARDRT_DIRECT_CHUNK", (size_t)256 << 10, 1, (uint64_t)1 << 40);
   c->direct_chunk = (c->direct_chunk + 63) & ~(size_t)63;
