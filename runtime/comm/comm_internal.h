@@ -146,6 +146,9 @@ struct RtReq {
   /* one host, direct reads of the peers' buffers (direct.c) instead of the ring */
   bool direct;
   struct RtDirect *dx; /* its state, NULL for the ring */
+  /* a send / receive on this host over shm that cannot be pulled (no cross-memory attach): the sender posts its
+   * bytes only once the receiver's zero-byte go-ahead came (ring.c), so no send waits for a receive */
+  bool cts;
   /* one node, small: a single round through the members' mailboxes (mbox.c) */
   bool mbox;
   uint64_t mbox_k;     /* the group's mailbox collective number */
@@ -359,7 +362,10 @@ void rt_direct_allow_peers(RtComm *c); /* before the peers' addresses are exchan
 void rt_direct_init(RtComm *c);  /* after the fabric is open: probe CMA, read the settings */
 void rt_direct_close(RtComm *c);
 bool rt_direct_usable(const RtReq *q); /* the same answer on every member */
-bool rt_direct_p2p_usable(const RtReq *q); /* a send / receive pulled by the receiver (the same answer on both sides) */
+/* A send / receive whose send the shm provider would complete in order behind this rank's earlier ones: to a rank of
+ * this host through shm, over its inject size (the same answer on both sides). */
+bool rt_p2p_in_order(const RtReq *q);
+bool rt_direct_p2p_usable(const RtReq *q); /* such a one pulled by the receiver (the same answer on both sides) */
 int rt_direct_begin(RtReq *q);   /* sets up q->dx; returns the number of steps */
 void rt_direct_post(RtReq *q, RtSlot *s,
                     void (*post)(RtReq *, RtSlot *, RtMsg *, bool is_recv, int member, void *buf, size_t bytes, void *desc));

@@ -46,6 +46,8 @@
  * completion of every later send of this rank, whoever they go to; two pipeline stages each
  * holding back the other's ring hop by such a send was a deadlock (pp 2 x cp 2, interleaved: ring
  * sends not completing for ever). Every message here is inject-sized, so no send waits on anything.
+ * Without cross-memory attach the sender posts its bytes only after the receiver's zero-byte go-ahead
+ * (ring.c, RtReq.cts): no send waits for a receive then either, at the price of the sender's progress.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -279,15 +281,17 @@ bool rt_direct_usable(const RtReq *q) {
   return true;
 }
 
-bool rt_direct_p2p_usable(const RtReq *q) {
+bool rt_p2p_in_order(const RtReq *q) {
   const RtComm *c = q->c;
-  if (!c->direct_ok || q->g->backend || (q->op != RT_OP_SEND && q->op != RT_OP_RECV)) return false;
+  if (q->g->backend || (q->op != RT_OP_SEND && q->op != RT_OP_RECV)) return false;
   int r = q->g->ranks[q->peer];
   if (strcmp(c->fab[RT_FAB_INTRA].provider, "shm") != 0 || c->peer_fab[r] != RT_FAB_INTRA ||
       strcmp(c->peers[r].host, c->peers[c->rank].host) != 0)
     return false;
   return q->count > c->fab[RT_FAB_INTRA].inject; /* (up to it the provider's send completes when posted) */
 }
+
+bool rt_direct_p2p_usable(const RtReq *q) { return q->c->direct_ok && rt_p2p_in_order(q); }
 
 int rt_direct_begin(RtReq *q) {
   int n = q->n;

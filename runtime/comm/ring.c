@@ -24,9 +24,10 @@
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-/* A pulled send's "done" (direct.c): the top bit of a p2p tag's sequence field (p2p sequence numbers are
- * 15 bits: comm.c), so that it meets no descriptor or message of the same pair, tag and number the other way. */
-#define RT_P2P_DONE (1ull << 47)
+/* A pulled send's "done" (direct.c) and a receiver's go-ahead (RtReq.cts): the top bit of a p2p tag's sequence
+ * field (p2p sequence numbers are 15 bits: comm.c), so that they meet no descriptor or message of the same pair,
+ * tag and number the other way. */
+#define RT_P2P_CTRL (1ull << 47)
 
 static uint64_t make_tag(const RtReq *q, uint32_t low16) {
   bool p2p = q->op == RT_OP_SEND || q->op == RT_OP_RECV;
@@ -128,8 +129,9 @@ static void post_msgv(RtReq *q, RtSlot *s, RtMsg *m, bool is_recv, int member, v
   m->bytes = bytes;
   m->mr = NULL;
   m->done = false;
-  if (q->op == RT_OP_SEND || q->op == RT_OP_RECV) /* (a pulled one's "done", step 1: its own tag, direct.c) */
-    m->tag = make_tag(q, (uint32_t)q->utag) | (q->direct && s->step == 1 ? RT_P2P_DONE : 0);
+  if (q->op == RT_OP_SEND || q->op == RT_OP_RECV) /* (a pulled one's "done", step 1, direct.c, and a go-ahead: their own tag) */
+    m->tag = make_tag(q, (uint32_t)q->utag) |
+             ((q->direct && s->step == 1) || (q->cts && (q->op == RT_OP_SEND) == is_recv) ? RT_P2P_CTRL : 0);
   else /* a broadcast chunk is sent at step 1 and received at step 0: index by channel only */
     m->tag = make_tag(q, (uint32_t)((s->chan & 0xff) << 8 | (q->op == RT_OP_BROADCAST ? 0 : s->step & 0xff)));
   s->pending++;
@@ -227,8 +229,14 @@ static void post_step(RtReq *q, RtSlot *s) {
     post_msg(q, s, &s->send, false, mod(me + d, n), NULL, 0, NULL);
     break;
   }
-  case RT_OP_SEND: post_msg(q, s, &s->send, false, q->peer, (void *)q->send, q->count, NULL); break;
-  case RT_OP_RECV: post_msg(q, s, &s->recv, true, q->peer, q->recv, q->count, NULL); break;
+  case RT_OP_SEND:
+    if (q->cts && st == 0) post_msg(q, s, &s->recv, true, q->peer, NULL, 0, NULL); /* the receiver's go-ahead */
+    else post_msg(q, s, &s->send, false, q->peer, (void *)q->send, q->count, NULL);
+    break;
+  case RT_OP_RECV:
+    post_msg(q, s, &s->recv, true, q->peer, q->recv, q->count, NULL);
+    if (q->cts) post_msg(q, s, &s->send, false, q->peer, NULL, 0, NULL); /* (zero bytes: complete when posted) */
+    break;
   case RT_OP_COUNT: break;
   }
 }
@@ -378,6 +386,9 @@ void rt_req_begin(RtReq *q) {
     if (rt_direct_p2p_usable(q)) { /* on this host over shm: pulled by the receiver (direct.c) */
       q->direct = true;
       q->nsteps = rt_direct_begin(q);
+    } else if (rt_p2p_in_order(q)) { /* else the bytes only after the receiver's go-ahead */
+      q->cts = true;
+      q->nsteps = q->op == RT_OP_SEND ? 2 : 1;
     }
     break;
   case RT_OP_COUNT: break;
