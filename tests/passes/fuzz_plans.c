@@ -22,16 +22,22 @@
  * end; --min-equal PCT fails a run whose share of proven samples is below PCT (the generator must
  * keep reaching the equivalence path).
  *
- * usage: fuzz_plans [--from N] [--count N] [--seconds S] [--min-equal PCT] [--seed N (one, in-process)] [-v]
+ * usage: fuzz_plans [--from N] [--count N] [--seconds S] [--min-equal PCT] [--seed N (one, in-process)]
+ *                   [--emit DIR] [-v]
  * The CTest runs a fixed seed range (passes_fuzz_plans); scripts/fuzz.sh SECONDS 1 plans runs it for
- * longer, built with ASan and UBSan.
+ * longer, built with ASan and UBSan. --emit DIR writes each f32 CPU sample proven equal on 2 to 4 ranks
+ * to DIR/SEED/ (plan.model, ref.model, plan.args, ref.args, shape: what `shardc build` needs), for
+ * scripts/fuzz_runs.sh, which builds both trainers and runs them under mpirun (the runtime, its
+ * collectives and point-to-point included, which the interpreter does not run).
  */
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +60,32 @@ enum { MAX_COMPARED_RANKS = 16, SAMPLE_SECONDS = 120 };
 enum { OUT_REJECTED = 10, OUT_COMPILED = 11, OUT_EQUAL = 12, OUT_FAILED = 1 };
 
 static bool verbose;
+static const char *emit_dir; /* --emit */
+
+/* --emit: sample s (proven equal: m, its single-rank defines rd) as files for scripts/fuzz_runs.sh. */
+static void emit_sample(const PlanSample *s, const Module *m, const FeDefine *rd, int nrd) {
+  if (!emit_dir || s->bf16 || s->target != TARGET_CPU || m->mesh->world < 2 || m->mesh->world > 4) return;
+  char dir[600], path[700];
+  snprintf(dir, sizeof dir, "%s/%llu", emit_dir, (unsigned long long)s->seed);
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) return;
+  static const char *const names[] = {"plan.model", "ref.model", "plan.args", "ref.args", "shape"};
+  for (int k = 0; k < 5; k++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    if (k == 0) fputs(s->src, f);
+    else if (k == 1) fputs(s->ref_src, f);
+    else if (k == 2) {
+      for (int i = 0; i < s->ndefs; i++) fprintf(f, "-D\n%s=%s\n", s->defs[i].key, s->defs[i].value);
+      fprintf(f, "--world\n%d\n", m->mesh->world);
+    } else if (k == 3) {
+      for (int i = 0; i < nrd; i++) fprintf(f, "-D\n%s=%s\n", rd[i].key, rd[i].value);
+      fprintf(f, "--world\n1\n");
+    } else
+      fprintf(f, "world %d vocab %lld seq %lld\n", m->mesh->world, (long long)s->V, (long long)s->S);
+    fclose(f);
+  }
+}
 
 /* The diagnostics of one compilation, kept in memory. */
 typedef struct {
@@ -255,7 +287,7 @@ static int run_sample(const PlanSample *s, char *line, size_t cap) {
     tensor_free(&tok);
     tensor_free(&tgt);
     if (f) snprintf(line, cap, "%d results differ from the single-rank program's", f);
-    else snprintf(line, cap, "equal (%d ranks)", m->mesh->world);
+    else snprintf(line, cap, "equal (%d ranks)", m->mesh->world), emit_sample(s, m, rd, nrd);
     out = f ? OUT_FAILED : OUT_EQUAL;
   }
   capture_free(&c);
@@ -388,8 +420,10 @@ int main(int argc, char **argv) {
     else if (v && !strcmp(a, "--seconds")) seconds = atof(v), i++;
     else if (v && !strcmp(a, "--min-equal")) min_equal = atof(v), i++;
     else if (v && !strcmp(a, "--seed")) one = strtoull(v, NULL, 10), have_one = true, i++;
+    else if (v && !strcmp(a, "--emit")) emit_dir = v, i++;
     else {
-      fprintf(stderr, "usage: fuzz_plans [--from N] [--count N] [--seconds S] [--min-equal PCT] [--seed N] [-v]\n");
+      fprintf(stderr, "usage: fuzz_plans [--from N] [--count N] [--seconds S] [--min-equal PCT] [--seed N] [--emit DIR] "
+              "[-v]\n");
       return 2;
     }
   }
