@@ -475,13 +475,34 @@ static int send_key_cmp(const void *a, const void *b) {
   return x->key != y->key ? (x->key > y->key) - (x->key < y->key) : x->pos - y->pos;
 }
 
+/* Marks the nodes of top graph g whose values body b (a region of a node at position i, or a body in it) reads
+ * or yields: a body reads the graphs around it directly, not through its node's inputs (ir.h), so a value of g
+ * only a body reads (positions(seq) under cp, read in the accumulation's micro-step) is needed too: eval and
+ * logits run a subsequence of step and read what its nodes left in M, and the memory plan may have given that
+ * value's bytes to another after its last reader in step (cp 2 x ZeRO-2 x recompute full with accumulation: the
+ * position ids, whose bytes a gradient's reduce-scatter reused, read as garbage). Each body once (seen). */
+static void need_captures(const Graph *g, const Graph *b, int i, const PtrMap *pos, PtrMap *seen, bool *need) {
+  if (ptrmap_get(seen, b, NULL)) return;
+  ptrmap_put(seen, b, 1);
+  for (int k = 0; k <= b->nnodes; k++) {
+    const Node *n = k < b->nnodes ? b->nodes[k] : NULL;
+    int nv = n ? n->nin : b->nresults;
+    for (int j = 0; j < nv; j++) {
+      const Value *x = n ? n->in[j] : b->results[j];
+      intptr_t at;
+      if (x && x->def && x->def->graph == g && ptrmap_get(pos, x->def, &at) && at - 1 < i) need[at - 1] = true;
+    }
+    if (n && n->body) need_captures(g, n->body, i, pos, seen, need);
+  }
+}
+
 /* Marks the nodes of the top graph that `v` depends on. Linear: the nodes' positions and the
  * pipeline sends by transfer are looked up, not searched (an unrolled schedule has ~10^5 nodes). */
 static void need_closure(const Graph *g, const Value *v, bool *need) {
   int i = g->nnodes - 1;
   while (i >= 0 && g->nodes[i] != v->def) i--;
   if (i < 0) return;
-  PtrMap pos = {0}; /* node -> 1 + its position */
+  PtrMap pos = {0}, seen = {0}; /* node -> 1 + its position; the bodies whose reads are marked */
   SendKey *sends = calloc((size_t)g->nnodes + 1, sizeof *sends);
   int nsends = 0;
   if (!sends) die("out of memory");
@@ -516,8 +537,10 @@ static void need_closure(const Graph *g, const Value *v, bool *need) {
       intptr_t k;
       if (n->in[j]->def->graph == g && ptrmap_get(&pos, n->in[j]->def, &k) && k - 1 < i) need[k - 1] = true;
     }
+    if (n->body) need_captures(g, n->body, i, &pos, &seen, need);
   }
   ptrmap_free(&pos);
+  ptrmap_free(&seen);
   free(sends);
 }
 
