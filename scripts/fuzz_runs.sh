@@ -10,7 +10,9 @@
 # bytes step had given away (tests/codegen/cp_eval.model); a deadlock of pp 2 x cp 2 interleaved was found by
 # running plans by hand the same day. On demand, not in the test suite.
 #
-# usage: scripts/fuzz_runs.sh [SECONDS (default 600)] [FROM (default 20000000)] [BUILD (default build)]
+# usage: scripts/fuzz_runs.sh [SECONDS (default 600)] [FROM (default 20000000)] [BUILD (default build)] [cuda]
+#   cuda: the CUDA target's samples too, run on the emulated device (SHARDRT_DEVICE=emu; slower), against the
+#   single-rank program on the CPU target
 # Prints one line a sample and a summary; each failure's folder (its model files, the arguments, the logs) is
 # kept under BUILD/fuzz_runs/SEED; exit 1 if any failed.
 set -uo pipefail
@@ -18,6 +20,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 secs="${1:-600}"
 from="${2:-20000000}"
 build="$root/${3:-build}"
+emit_cuda=()
+[ "${4:-}" = cuda ] && emit_cuda=(--emit-cuda)
 shardc="$build/shardc"
 fuzz="$build/tests/passes/fuzz_plans"
 [ -x "$shardc" ] && [ -x "$fuzz" ] || { echo "fuzz_runs: build first (bash scripts/build.sh): no $shardc or $fuzz"; exit 2; }
@@ -45,22 +49,24 @@ ran=0 failed=0 seed=$from
 start=$(date +%s)
 while [ $(($(date +%s) - start)) -lt "$secs" ]; do
   rm -rf "$work/emit" && mkdir -p "$work/emit"
-  "$fuzz" --from "$seed" --count 50 --emit "$work/emit" >/dev/null 2>&1
+  "$fuzz" --from "$seed" --count 50 --emit "$work/emit" "${emit_cuda[@]}" >/dev/null 2>&1
   seed=$((seed + 50))
   for d in "$work"/emit/*; do
     [ -d "$d" ] || continue
     [ $(($(date +%s) - start)) -lt "$secs" ] || break
     s=${d##*/}
-    read -r _ world _ vocab _ seq <"$d/shape"
+    read -r _ world _ vocab _ seq _ target <"$d/shape"
     mapfile -t pargs <"$d/plan.args"
     mapfile -t rargs <"$d/ref.args"
     why=""
+    dev=()
+    [ "$target" = cuda ] && dev=(-x SHARDRT_DEVICE=emu) # (the CUDA target's trainer on the emulated device)
     shard "$d/data.bin" "$vocab" "$s"
     run=(--data "$d/data.bin" --steps 3 --eval-every 0 --val-batches 1 --threads 1)
     if ! "$shardc" build "$d/plan.model" "${pargs[@]}" -o "$d/p" >"$d/build.log" 2>&1; then why="the plan does not build"
     elif ! "$shardc" build "$d/ref.model" "${rargs[@]}" -o "$d/r" >>"$d/build.log" 2>&1; then why="the single-rank program does not build"
     elif ! timeout 180 "$d/r" "${run[@]}" --log "$d/r.jsonl" >"$d/r.log" 2>&1; then why="the single-rank trainer failed"
-    elif ! SHARDRT_TIMEOUT=30 timeout 180 mpirun --mca pml ob1 -np "$world" -x SHARDRT_TIMEOUT "$d/p" "${run[@]}" \
+    elif ! SHARDRT_TIMEOUT=30 timeout 300 mpirun --mca pml ob1 -np "$world" -x SHARDRT_TIMEOUT "${dev[@]}" "$d/p" "${run[@]}" \
       --log "$d/p.jsonl" >"$d/p.log" 2>&1; then why="the $world-rank trainer failed: $(grep -m1 -i 'watchdog\|error' "$d/p.log" | cut -c1-160)"
     else
       why=$(paste <(losses "$d/r.jsonl") <(losses "$d/p.jsonl") | awk '

@@ -23,9 +23,9 @@
  * keep reaching the equivalence path).
  *
  * usage: fuzz_plans [--from N] [--count N] [--seconds S] [--min-equal PCT] [--seed N (one, in-process)]
- *                   [--emit DIR] [-v]
+ *                   [--emit DIR [--emit-cuda]] [-v]
  * The CTest runs a fixed seed range (passes_fuzz_plans); scripts/fuzz.sh SECONDS 1 plans runs it for
- * longer, built with ASan and UBSan. --emit DIR writes each f32 CPU sample proven equal on 2 to 4 ranks
+ * longer, built with ASan and UBSan. --emit DIR writes each f32 CPU sample (--emit-cuda: CUDA ones too) proven equal on 2 to 4 ranks
  * to DIR/SEED/ (plan.model, ref.model, plan.args, ref.args, shape: what `shardc build` needs), for
  * scripts/fuzz_runs.sh, which builds both trainers and runs them under mpirun (the runtime, its
  * collectives and point-to-point included, which the interpreter does not run).
@@ -61,10 +61,11 @@ enum { OUT_REJECTED = 10, OUT_COMPILED = 11, OUT_EQUAL = 12, OUT_FAILED = 1 };
 
 static bool verbose;
 static const char *emit_dir; /* --emit */
+static bool emit_cuda;       /* --emit-cuda: the CUDA target's samples too */
 
 /* --emit: sample s (proven equal: m, its single-rank defines rd) as files for scripts/fuzz_runs.sh. */
 static void emit_sample(const PlanSample *s, const Module *m, const FeDefine *rd, int nrd) {
-  if (!emit_dir || s->bf16 || s->target != TARGET_CPU || m->mesh->world < 2 || m->mesh->world > 4) return;
+  if (!emit_dir || s->bf16 || (s->target != TARGET_CPU && !emit_cuda) || m->mesh->world < 2 || m->mesh->world > 4) return;
   char dir[600], path[700];
   snprintf(dir, sizeof dir, "%s/%llu", emit_dir, (unsigned long long)s->seed);
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) return;
@@ -78,11 +79,13 @@ static void emit_sample(const PlanSample *s, const Module *m, const FeDefine *rd
     else if (k == 2) {
       for (int i = 0; i < s->ndefs; i++) fprintf(f, "-D\n%s=%s\n", s->defs[i].key, s->defs[i].value);
       fprintf(f, "--world\n%d\n", m->mesh->world);
+      if (s->target == TARGET_CUDA) fprintf(f, "--target\ncuda\n"); /* (its single-rank program: the CPU target's) */
     } else if (k == 3) {
       for (int i = 0; i < nrd; i++) fprintf(f, "-D\n%s=%s\n", rd[i].key, rd[i].value);
       fprintf(f, "--world\n1\n");
     } else
-      fprintf(f, "world %d vocab %lld seq %lld\n", m->mesh->world, (long long)s->V, (long long)s->S);
+      fprintf(f, "world %d vocab %lld seq %lld target %s\n", m->mesh->world, (long long)s->V, (long long)s->S,
+              s->target == TARGET_CUDA ? "cuda" : "cpu");
     fclose(f);
   }
 }
@@ -421,9 +424,10 @@ int main(int argc, char **argv) {
     else if (v && !strcmp(a, "--min-equal")) min_equal = atof(v), i++;
     else if (v && !strcmp(a, "--seed")) one = strtoull(v, NULL, 10), have_one = true, i++;
     else if (v && !strcmp(a, "--emit")) emit_dir = v, i++;
+    else if (!strcmp(a, "--emit-cuda")) emit_cuda = true;
     else {
       fprintf(stderr, "usage: fuzz_plans [--from N] [--count N] [--seconds S] [--min-equal PCT] [--seed N] [--emit DIR] "
-              "[-v]\n");
+              "[--emit-cuda] [-v]\n");
       return 2;
     }
   }
