@@ -1,6 +1,7 @@
 /* ir/ir.c — op table, types, and the graph builder. */
 #include "ir.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -262,6 +263,64 @@ void ir_use_counts(const Graph *g, PtrMap *counts) {
     for (int j = 0; j < n->nin; j++) ptrmap_add(counts, n->in[j], 1);
     if (n->body) ir_use_counts(n->body, counts);
   }
+}
+
+/* A body's reads (its nodes' and, once per node owning it, a nested body's) of values defined around
+ * it, found once per body (ir_use_counts_outer): value -> count as a list; memo: body -> its list. */
+typedef struct OuterReads {
+  struct OuterReads *next; /* (all of one call's lists, freed at its end) */
+  int n;
+  const Value **v;
+  intptr_t *c;
+} OuterReads;
+
+static const OuterReads *outer_reads(const Graph *b, PtrMap *memo, OuterReads **owned) {
+  intptr_t got;
+  if (ptrmap_get(memo, b, &got)) return (const OuterReads *)got;
+  PtrMap acc = {0};
+  for (int i = 0; i < b->nnodes; i++) {
+    const Node *x = b->nodes[i];
+    for (int j = 0; j < x->nin; j++)
+      if (x->in[j]->def->graph != b) ptrmap_add(&acc, x->in[j], 1);
+    if (!x->body) continue;
+    const OuterReads *r = outer_reads(x->body, memo, owned); /* values of b or around it */
+    for (int k = 0; k < r->n; k++)
+      if (r->v[k]->def->graph != b) ptrmap_add(&acc, r->v[k], r->c[k]);
+  }
+  OuterReads *o = malloc(sizeof *o);
+  const Value **v = malloc(sizeof *v * (size_t)(acc.count + 1));
+  intptr_t *c = malloc(sizeof *c * (size_t)(acc.count + 1));
+  if (!o || !v || !c) die("out of memory");
+  *o = (OuterReads){*owned, 0, v, c};
+  for (int s = 0; s < acc.cap; s++)
+    if (acc.slots[s].key) v[o->n] = acc.slots[s].key, c[o->n++] = acc.slots[s].val;
+  ptrmap_free(&acc);
+  *owned = o;
+  ptrmap_put(memo, b, (intptr_t)o);
+  return o;
+}
+
+void ir_use_counts_outer(const Graph *g, PtrMap *counts, bool only_keys) {
+  PtrMap memo = {0};
+  OuterReads *owned = NULL;
+  intptr_t c;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *x = g->nodes[i];
+    for (int j = 0; j < x->nin; j++)
+      if (!only_keys) ptrmap_add(counts, x->in[j], 1);
+      else if (ptrmap_get(counts, x->in[j], &c)) ptrmap_put(counts, x->in[j], c + 1);
+    if (!x->body) continue;
+    const OuterReads *r = outer_reads(x->body, &memo, &owned);
+    for (int k = 0; k < r->n; k++)
+      if (!only_keys) ptrmap_add(counts, r->v[k], r->c[k]);
+      else if (ptrmap_get(counts, r->v[k], &c)) ptrmap_put(counts, r->v[k], c + r->c[k]);
+  }
+  while (owned) {
+    OuterReads *o = owned;
+    owned = o->next;
+    free(o->v), free(o->c), free(o);
+  }
+  ptrmap_free(&memo);
 }
 
 static bool has_effect(const Node *n) {

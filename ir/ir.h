@@ -379,6 +379,11 @@ int ir_count_uses_deep(const Graph *g, const Value *v);
  * only in g and below it, so its count is ir_count_uses_deep(g, v); the lookups of a pass that asks
  * for many values cost O(1) each instead of a walk of g each (issue 18). */
 void ir_use_counts(const Graph *g, PtrMap *counts);
+/* ir_use_counts's count for each value not defined in a body below g (g's own values, and those of
+ * the graphs around it), each distinct body walked once (a body many nodes share, as the pipeline's
+ * instructions do: its reads of those values found once, added once per owner), not once per owner.
+ * only_keys: only the values already keys of counts are counted (the rest stay absent). */
+void ir_use_counts_outer(const Graph *g, PtrMap *counts, bool only_keys);
 
 /* ---- checking and printing ------------------------------------------- */
 /* Structural verifier: topological order, arity, dtypes/shape rank sanity, region

@@ -429,8 +429,8 @@ static bool reads_deep(const Graph *g, const Value *p) {
  * separate, each freed after its use); a repeat that takes p as an input, per iteration in its
  * body, before the layer's first use of its slice; a body that captures p (the accumulation
  * region reads the parameters directly), the same rules inside it, so per micro-step. */
-static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, ZeroGroup z) {
-  for (int i = 0; i < g->nnodes - zero_before_pending(before, g); i++) { /* (not the nodes to place later) */
+static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, ZeroGroup z, int from) {
+  for (int i = from; i < g->nnodes - zero_before_pending(before, g); i++) { /* (not the nodes to place later) */
     Node *n = g->nodes[i];
     if (n == u) continue;
     int inserted = 0;
@@ -455,7 +455,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
          * its readers gathers it (per layer in the loops, in bf16: half the bytes) */
         Value *y = n->out[0], wy = *y;
         zero_split_type(y, &wy, d, z);
-        gather_uses(g, y, &wy, u, d, z);
+        gather_uses(g, y, &wy, u, d, z, i + 1); /* (y's readers: after its node) */
         break;
       } else if (n->op == OP_SLICE && n->a.axis != d && readers_can_gather(g, n->out[0], u, d) &&
                  !is_result_of(g, n->out[0])) {
@@ -464,7 +464,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
          * the slice, so the rows stay split and their loops gather them a layer at a time */
         Value *y = n->out[0], wy = *y;
         zero_split_type(y, &wy, d, z);
-        gather_uses(g, y, &wy, u, d, z);
+        gather_uses(g, y, &wy, u, d, z, i + 1); /* (y's readers: after its node) */
         break;
       } else { /* this reader's own gather, right before it */
         Value *whole_p = zero_gather_new(g, p, whole, d, z, n->loc);
@@ -474,7 +474,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         break;
       }
     }
-    if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, z);
+    if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, z, 0);
     i += inserted; /* past the first layers' gathers placed before n */
   }
 }
@@ -485,7 +485,7 @@ static void split_param(Graph *g, Value *p, const Node *u, int d, ZeroGroup z) {
   zero_split_type(p, &whole, d, z);
   ZeroBefore b = {.g = g};
   before = &b;
-  gather_uses(g, p, &whole, u, d, z);
+  gather_uses(g, p, &whole, u, d, z, 0);
   zero_before_place(&b);
   before = NULL;
 }

@@ -341,8 +341,8 @@ static void scatter_parts(Value *t, int d, ZeroGroup z) {
  * stage_select), all found before anything changes (else false, nothing changed), then scattered. */
 static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGroup z) {
   Shape whole = ends[0]->out[0]->shape; /* (the chain's values are retyped on the way) */
-  PtrMap uses = {0};
-  ir_use_counts(g, &uses);
+  PtrMap uses = {0}; /* (only g's values are asked about: their counts, each shared body walked once) */
+  ir_use_counts_outer(g, &uses, false);
   /* the chains, each last add first, found before anything changes: prev[k] is add k's sum operand;
    * first[e]: chain e's first entry */
   int n = 0, cap = 16;
@@ -413,19 +413,6 @@ static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGro
  * rows (padded); both, each chunk padded to the stage's largest, then concatenated. As the region's loop does (region_sum's R1), each loop reduce-scatters g_l in its
  * body, and the chain sums the shards. */
 
-/* Adds to each value of counts (already a key) its readers in g and in g's bodies (ir_use_counts's
- * count, for those values only). */
-static void count_readers(const Graph *g, PtrMap *counts) {
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *x = g->nodes[i];
-    for (int j = 0; j < x->nin; j++) {
-      intptr_t c;
-      if (ptrmap_get(counts, x->in[j], &c)) ptrmap_put(counts, x->in[j], c + 1);
-    }
-    if (x->body) count_readers(x->body, counts);
-  }
-}
-
 /* v ends such a chain: its loops' outputs, last first, appended to *out (*n of cap). */
 /* Each value the walk below asks "read once?" about: with asked set (the first walk), recorded and
  * taken as yes; else answered from uses (the counts of just those values, scatter_folded's). */
@@ -488,7 +475,7 @@ static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
   bool ok = true;
   for (int s = 0; s < sel->nin && ok; s++) ok = folded_parts(&first, sel->in[s], chain, &n, wrap, &nw, cap);
   if (ok) {
-    count_readers(g, &counts);
+    ir_use_counts_outer(g, &counts, true); /* (a shared body walked once, not once per loop) */
     n = nw = 0;
     for (int s = 0; s < sel->nin && ok; s++) ok = folded_parts(&real, sel->in[s], chain, &n, wrap, &nw, cap);
   }
@@ -549,6 +536,7 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
  * bucket_scatters packs a run into one collective. */
 void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z) {
   Node **run = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
+  Node **keep = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1); /* (one for every run: b keeps its count) */
   int n = 0;
   int64_t bytes = 0;
   for (int i = 0; i <= b->nnodes; i++) {
@@ -560,7 +548,6 @@ void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z) {
     if (n > 0 && (!x || (member && (!zero_run_takes(n, bytes, sz, cap) || !dtype_ok)))) {
       /* close the run: its members move to the last one's place (each after its input) */
       int last = pos_in(b, run[n - 1]), w = 0;
-      Node **keep = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
       for (int q = 0; q < b->nnodes; q++) {
         bool in_run = false;
         for (int k = 0; k < n - 1; k++) in_run |= b->nodes[q] == run[k];
