@@ -170,6 +170,10 @@ static bool grad_readers_ok(const Graph *g, const Value *gr, const Node *u) {
   return true;
 }
 
+/* During pass_zero: each body's reads of the top graph's values (ir_use_counts_outer), for the sums'
+ * reader counts (passes/zero_sums.c), found once per body and again only where a body changed. */
+static IrUseMemo *use_memo;
+
 /* ZeRO-2: gr (read by u) arrives reduce-scattered over dp along d instead of all-reduced. Returns
  * the shard (gr itself, retyped, for a backward loop's stacked output), or NULL when gr does not
  * come from a dp all-reduce this can rewrite. */
@@ -177,7 +181,7 @@ static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, ZeroGroup 
   if (!grad_readers_ok(g, gr, u)) return NULL;
   Node *src = gr->def;
   if (zero_is_group_sum(src, z)) {
-    Value *summed = zero_scatter_sums_top(g, gr, d, z); /* accumulation: the running sum is a shard */
+    Value *summed = zero_scatter_sums_top(g, gr, d, z, use_memo); /* accumulation: the running sum is a shard */
     if (summed) return summed;
     Value *sh = scatter_at(g, src->in[gr->idx], gr, src, d, z);
     zero_drop_member(g, src, gr->idx);
@@ -761,6 +765,7 @@ bool pass_zero(Module *m) {
     for (int j = 0; j < g->nodes[i]->nin; j++) ptrmap_add(&uses, g->nodes[i]->in[j], 1);
   for (int i = 0; i < g->nresults; i++) ptrmap_add(&uses, g->results[i], n + 1); /* a result: never sole */
   if (stage >= 3) captures = zero_captures_new(g->arena); /* (gather_uses' questions) */
+  use_memo = ir_use_memo_new();
   for (int i = 0; i < nu; i++) {
     Node *u = updates[i];
     bool sole = true;
@@ -776,6 +781,8 @@ bool pass_zero(Module *m) {
   }
   zero_captures_free(captures);
   captures = NULL;
+  ir_use_memo_free(use_memo);
+  use_memo = NULL;
   ptrmap_free(&uses);
   if (stage >= 2) {
     int64_t cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;

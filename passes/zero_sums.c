@@ -339,10 +339,10 @@ static void scatter_parts(Value *t, int d, ZeroGroup z) {
 
 /* The chains ending in ends[0..nends) (one, or each stage's: pipe.c's run_stage_merges, under a
  * stage_select), all found before anything changes (else false, nothing changed), then scattered. */
-static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGroup z) {
+static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGroup z, IrUseMemo *memo) {
   Shape whole = ends[0]->out[0]->shape; /* (the chain's values are retyped on the way) */
   PtrMap uses = {0}; /* (only g's values are asked about: their counts, each shared body walked once) */
-  ir_use_counts_outer(g, &uses, false);
+  ir_use_counts_outer(g, &uses, false, memo);
   /* the chains, each last add first, found before anything changes: prev[k] is add k's sum operand;
    * first[e]: chain e's first entry */
   int n = 0, cap = 16;
@@ -418,7 +418,29 @@ static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGro
  * taken as yes; else answered from uses (the counts of just those values, scatter_folded's). */
 typedef struct {
   PtrMap *uses, *asked;
+  PtrMap *facts; /* loop_facts' answers, kept through scatter_folded's walks (nothing changes in them) */
 } FoldUses;
+
+/* What folded_chain asks of loop v->def's body (each a walk of it): whether it yields y =
+ * b->results[v->idx] once and reads it not (yielded_once), and y's node's sum argument j and slot
+ * (sum_arg; -1: none; asked only where yielded). facts: the answers found before (v -> 1 + yielded +
+ * 2 slot + 4 (j + 1)), to be asked only while v's body is as it was then; NULL: found afresh. */
+typedef struct {
+  bool yielded;
+  int j, slot;
+} LoopFacts;
+
+static LoopFacts loop_facts(PtrMap *facts, const Value *v) {
+  intptr_t e;
+  if (facts && ptrmap_get(facts, v, &e)) return (LoopFacts){(e - 1) & 1, (int)((e - 1) >> 2) - 1, (int)((e - 1) >> 1) & 1};
+  const Node *R = v->def;
+  const Graph *b = R->body;
+  const Value *y = b->results[v->idx];
+  LoopFacts f = {y->def->graph == b && y->def->op != OP_ARG && yielded_once(b, y), -1, 0};
+  if (f.yielded) f.j = sum_arg(R, y->def, &f.slot);
+  if (facts) ptrmap_put(facts, v, 1 + f.yielded + 2 * f.slot + 4 * (f.j + 1));
+  return f;
+}
 
 static bool folded_once(const FoldUses *u, const Value *v) {
   if (u->asked) {
@@ -434,10 +456,10 @@ static bool folded_chain(const FoldUses *uses, Value *v, Value **out, int *n, in
     if (!folded_once(uses, v) || !ir_shape_eq(&v->shape, &sh) || *n == cap) return false;
     if (R->op != OP_REPEAT || v->idx < R->a.ncarry) return false;
     const Graph *b = R->body;
-    const Value *y = b->results[v->idx];
-    if (y->def->graph != b || y->def->op == OP_ARG || !yielded_once(b, y)) return false;
+    LoopFacts f = loop_facts(uses->facts, v);
+    if (!f.yielded) return false;
     out[(*n)++] = v;
-    int slot, j = sum_arg(R, y->def, &slot);
+    int j = f.j;
     const char *nm = j >= 0 ? b->args[j]->out[0]->name : NULL;
     if (!nm || strcmp(nm, "sum") != 0) return true; /* the first: g_l itself */
     v = R->in[j];
@@ -462,7 +484,7 @@ static bool folded_parts(const FoldUses *uses, Value *v, Value **chain, int *n, 
 
 /* sel (stage_select) of each stage's folded chains, under pads and concats along the layers:
  * all found before anything changes (else false, nothing changed), then each loop scatters. */
-static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
+static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z, IrUseMemo *memo) {
   if (d < 1) return false;
   int cap = g->nnodes, n = 0, nw = 0; /* (the loops, the pads and concats: fewer than g's nodes) */
   Value **chain = ARENA_ARRAY(g->arena, Value *, cap + 1);
@@ -470,22 +492,33 @@ static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
   /* Twice: first every "read once?" taken as yes, the values asked recorded (the second walk asks
    * about the same values up to its first no, so a first walk's failure is the second's); then their
    * readers counted in one walk of g (not every value's: one walk per parameter), and the walk again. */
-  PtrMap counts = {0};
-  FoldUses first = {NULL, &counts}, real = {&counts, NULL};
+  PtrMap counts = {0}, facts = {0}, changed = {0}; /* changed: the loop bodies scattered in below */
+  FoldUses first = {NULL, &counts, &facts}, real = {&counts, NULL, &facts};
   bool ok = true;
   for (int s = 0; s < sel->nin && ok; s++) ok = folded_parts(&first, sel->in[s], chain, &n, wrap, &nw, cap);
   if (ok) {
-    ir_use_counts_outer(g, &counts, true); /* (a shared body walked once, not once per loop) */
+    ir_use_counts_outer(g, &counts, true, memo); /* (the bodies unchanged since the last call: not walked) */
     n = nw = 0;
     for (int s = 0; s < sel->nin && ok; s++) ok = folded_parts(&real, sel->in[s], chain, &n, wrap, &nw, cap);
   }
   ptrmap_free(&counts);
-  if (!ok) return false;
+  if (!ok) {
+    ptrmap_free(&facts);
+    return false;
+  }
   for (int k = 0; k < n; k++) {
     Value *v = chain[k];
     Graph *b = v->def->body;
     Value *y = b->results[v->idx];
-    int slot, j = sum_arg(v->def, y->def, &slot);
+    intptr_t one;
+    int slot, j;
+    if (!ptrmap_get(&changed, b, &one)) { /* the walks' answer while b is unchanged (v: a loop of the chain, yielded) */
+      LoopFacts f = loop_facts(&facts, v);
+      slot = f.slot, j = f.j;
+    } else {
+      j = sum_arg(v->def, y->def, &slot);
+    }
+    ptrmap_put(&changed, b, 1);
     if (j < 0 || strcmp(b->args[j]->out[0]->name, "sum") != 0) {
       hoist_scatter(v, d, z); /* the first: the loop yields g_l's shard */
       continue;
@@ -496,10 +529,12 @@ static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
     retype(v, d, z);
   }
   for (int k = 0; k < nw; k++) retype(wrap[k], d, z);
+  ptrmap_free(&facts);
+  ptrmap_free(&changed);
   return true;
 }
 
-Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
+Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z, IrUseMemo *memo) {
   Node *mean, *add;
   int slot = -1;
   if (!mean_of_sum(g, gr, z, &mean, &add)) return NULL;
@@ -512,14 +547,14 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
     Node **ends = ARENA_ARRAY(g->arena, Node *, add->nin + 1);
     for (int j = 0; j < add->nin; j++) ends[j] = add->in[j]->def;
     if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) ||
-        (!scatter_folded(g, add, d, z) && !scatter_chain(g, ends, add->nin, d, z)))
+        (!scatter_folded(g, add, d, z, memo) && !scatter_chain(g, ends, add->nin, d, z, memo)))
       return NULL;
     retype(add->out[0], d, z);
   } else if (slot >= 0) { /* the region's sum, then the last micro-step's */
     shard_region_sum(&o, d, z);
     scatter_operand(g, add, slot ^ 1, d, z, -1);
     retype(add->out[0], d, z);
-  } else if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, &add, 1, d, z)) {
+  } else if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, &add, 1, d, z, memo)) {
     return NULL;
   }
   if (mean) retype(x, d, z);
