@@ -255,6 +255,20 @@ int ir_count_uses_deep(const Graph *g, const Value *v) {
   return c;
 }
 
+void ir_count_uses_n(const Graph *g, int n, const Value *const *v, int *uses, int *deep) {
+  for (int k = 0; k < n; k++) uses[k] = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *x = g->nodes[i];
+    for (int j = 0; j < x->nin; j++)
+      for (int k = 0; k < n; k++) uses[k] += x->in[j] == v[k];
+  }
+  if (!deep) return;
+  for (int k = 0; k < n; k++) deep[k] = uses[k];
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body)
+      for (int k = 0; k < n; k++) deep[k] += ir_count_uses_deep(g->nodes[i]->body, v[k]);
+}
+
 /* (A body may be the body of many nodes — the pipeline's instructions share theirs — and is walked
  * for each, as its uses are that many: no map is sized by that walk.) */
 void ir_use_counts(const Graph *g, PtrMap *counts) {

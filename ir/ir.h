@@ -374,6 +374,9 @@ int ir_count_uses(const Graph *g, const Value *v);
 /* The same in g and in the region bodies g's nodes own (a body reads enclosing values directly:
  * a gradient-accumulation loop reads the backward's seed, a constant of the top graph). */
 int ir_count_uses_deep(const Graph *g, const Value *v);
+/* Both for n values in one walk of g: uses[k] = ir_count_uses(g, v[k]) and, unless deep is NULL,
+ * deep[k] = ir_count_uses_deep(g, v[k]) (a value may be NULL: counted 0). */
+void ir_count_uses_n(const Graph *g, int n, const Value *const *v, int *uses, int *deep);
 /* The same for every value at once, in one walk: adds each read by a node of g or of a body nested
  * in it to counts[value] (a PtrMap; a value read nowhere stays absent). A value defined in g is read
  * only in g and below it, so its count is ir_count_uses_deep(g, v); the lookups of a pass that asks

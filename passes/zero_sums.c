@@ -52,7 +52,12 @@ static bool yielded_once(const Graph *b, const Value *v) {
 
 /* add (in R's body) reads one of R's stacked arguments, read by it only: that argument's index
  * (the other operand, the gradient, at *slot ^ 1), else -1. */
-static int sum_arg(const Node *R, const Node *add, int *slot) {
+static int sum_arg_counted(const Node *R, const Node *add, int *slot, const int *deep);
+
+static int sum_arg(const Node *R, const Node *add, int *slot) { return sum_arg_counted(R, add, slot, NULL); }
+
+/* (deep: ir_count_uses_deep of R's body for add->in[0], add->in[1], found already; NULL: counted here) */
+static int sum_arg_counted(const Node *R, const Node *add, int *slot, const int *deep) {
   const Graph *b = R->body;
   if (add->op != OP_ADD || add->graph != b || add->in[0] == add->in[1]) return -1;
   for (int s = 0; s < 2; s++) {
@@ -60,7 +65,7 @@ static int sum_arg(const Node *R, const Node *add, int *slot) {
     if (a->def->op != OP_ARG || a->def->graph != b) continue;
     int j = a->def->a.index;
     if (j < R->a.ncarry || j >= R->a.ncarry + R->a.nxs || b->args[j] != a->def) continue;
-    if (ir_count_uses_deep(b, a) != 1) continue;
+    if ((deep ? deep[s] : ir_count_uses_deep(b, a)) != 1) continue;
     *slot = s;
     return j;
   }
@@ -224,13 +229,17 @@ static bool mean_of_sum(const Graph *gg, const Value *y, ZeroGroup z, Node **mea
   Node *ar = y->def;
   if (ar->graph != gg || !zero_is_group_sum(ar, z)) return false;
   Value *x = ar->in[y->idx];
-  if (x->def->graph != gg || ir_count_uses(gg, x) != 1 || !ir_shape_eq(&x->shape, &y->shape)) return false;
+  if (x->def->graph != gg) return false;
+  const Value *vs[2] = {x, x->def->op == OP_SCALE ? x->def->in[0] : NULL}; /* (s2 below: one walk of gg for both) */
+  int uses[2];
+  ir_count_uses_n(gg, 2, vs, uses, NULL);
+  if (uses[0] != 1 || !ir_shape_eq(&x->shape, &y->shape)) return false;
   for (int i = 0; i < gg->nresults; i++)
     if (gg->results[i] == x) return false;
   *mean = x->def->op == OP_SCALE ? x->def : NULL;
   Value *s2 = *mean ? (*mean)->in[0] : x;
   if (s2->def->graph != gg || (s2->def->op != OP_ADD && s2->def->op != OP_STAGE_SELECT) ||
-      (*mean && ir_count_uses(gg, s2) != 1))
+      (*mean && uses[1] != 1))
     return false;
   *add = s2->def;
   return true;
@@ -436,8 +445,17 @@ static LoopFacts loop_facts(PtrMap *facts, const Value *v) {
   const Node *R = v->def;
   const Graph *b = R->body;
   const Value *y = b->results[v->idx];
-  LoopFacts f = {y->def->graph == b && y->def->op != OP_ARG && yielded_once(b, y), -1, 0};
-  if (f.yielded) f.j = sum_arg(R, y->def, &f.slot);
+  LoopFacts f = {false, -1, 0};
+  if (y->def->graph == b && y->def->op != OP_ARG) { /* yielded_once and sum_arg's counts in one walk of b */
+    const Node *add = y->def;
+    int k = 0;
+    for (int i = 0; i < b->nresults; i++) k += b->results[i] == y;
+    const Value *vs[3] = {y, add->nin == 2 ? add->in[0] : NULL, add->nin == 2 ? add->in[1] : NULL};
+    int uses[3], deep[3];
+    ir_count_uses_n(b, 3, vs, uses, deep);
+    f.yielded = k == 1 && uses[0] == 0;
+    if (f.yielded) f.j = sum_arg_counted(R, add, &f.slot, add->nin == 2 ? deep + 1 : NULL);
+  }
   if (facts) ptrmap_put(facts, v, 1 + f.yielded + 2 * f.slot + 4 * (f.j + 1));
   return f;
 }
