@@ -509,7 +509,8 @@ static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z, IrUseMemo *m
   Value **wrap = ARENA_ARRAY(g->arena, Value *, cap + 1);
   /* Twice: first every "read once?" taken as yes, the values asked recorded (the second walk asks
    * about the same values up to its first no, so a first walk's failure is the second's); then their
-   * readers counted in one walk of g (not every value's: one walk per parameter), and the walk again. */
+   * readers counted (g's own nodes, the bodies' reads from the pass's memo: ir_use_counts_outer), and
+   * the walk again, each loop's facts (loop_facts) as the first walk found them. */
   PtrMap counts = {0}, facts = {0}, changed = {0}; /* changed: the loop bodies scattered in below */
   FoldUses first = {NULL, &counts, &facts}, real = {&counts, NULL, &facts};
   bool ok = true;
