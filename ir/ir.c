@@ -1,6 +1,7 @@
 /* ir/ir.c — op table, types, and the graph builder. */
 #include "ir.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -254,6 +255,20 @@ int ir_count_uses_deep(const Graph *g, const Value *v) {
   return c;
 }
 
+void ir_count_uses_n(const Graph *g, int n, const Value *const *v, int *uses, int *deep) {
+  for (int k = 0; k < n; k++) uses[k] = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *x = g->nodes[i];
+    for (int j = 0; j < x->nin; j++)
+      for (int k = 0; k < n; k++) uses[k] += x->in[j] == v[k];
+  }
+  if (!deep) return;
+  for (int k = 0; k < n; k++) deep[k] = uses[k];
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body)
+      for (int k = 0; k < n; k++) deep[k] += ir_count_uses_deep(g->nodes[i]->body, v[k]);
+}
+
 /* (A body may be the body of many nodes — the pipeline's instructions share theirs — and is walked
  * for each, as its uses are that many: no map is sized by that walk.) */
 void ir_use_counts(const Graph *g, PtrMap *counts) {
@@ -262,6 +277,132 @@ void ir_use_counts(const Graph *g, PtrMap *counts) {
     for (int j = 0; j < n->nin; j++) ptrmap_add(counts, n->in[j], 1);
     if (n->body) ir_use_counts(n->body, counts);
   }
+}
+
+/* A body's reads (its nodes' and, once per node owning it, a nested body's) of values defined around
+ * it, as a list (value -> count), found once per body (ir_use_counts_outer) and kept while the body is
+ * as it was: its version (ir_touch) and its nested bodies' lists still good. */
+typedef struct OuterReads {
+  struct OuterReads *next; /* (all of a memo's lists, freed with it) */
+  uint64_t version;        /* b's then */
+  int nkids, n;
+  const Graph **kids; /* the bodies of b's nodes, in order */
+  const Value **v;
+  intptr_t *c;
+} OuterReads;
+
+struct IrUseMemo {
+  PtrMap of; /* body -> its OuterReads */
+  OuterReads *owned;
+};
+
+IrUseMemo *ir_use_memo_new(void) {
+  IrUseMemo *m = calloc(1, sizeof *m);
+  if (!m) die("out of memory");
+  return m;
+}
+
+void ir_use_memo_free(IrUseMemo *m) {
+  if (!m) return;
+  while (m->owned) {
+    OuterReads *o = m->owned;
+    m->owned = o->next;
+    free(o->kids), free(o->v), free(o->c), free(o);
+  }
+  ptrmap_free(&m->of);
+  free(m);
+}
+
+static bool outer_current(const IrUseMemo *m, const Graph *b) {
+  intptr_t got;
+  if (!ptrmap_get(&m->of, b, &got)) return false;
+  const OuterReads *o = (const OuterReads *)got;
+  if (o->version != b->version) return false;
+  for (int k = 0; k < o->nkids; k++)
+    if (!outer_current(m, o->kids[k])) return false;
+  return true;
+}
+
+static const OuterReads *outer_reads(const Graph *b, IrUseMemo *m) {
+  intptr_t got = 0;
+  bool had = ptrmap_get(&m->of, b, &got);
+  if (had && outer_current(m, b)) return (const OuterReads *)got;
+  PtrMap acc = {0};
+  int nkids = 0;
+  for (int i = 0; i < b->nnodes; i++) {
+    const Node *x = b->nodes[i];
+    for (int j = 0; j < x->nin; j++)
+      if (x->in[j]->def->graph != b) ptrmap_add(&acc, x->in[j], 1);
+    if (!x->body) continue;
+    nkids++;
+    const OuterReads *r = outer_reads(x->body, m); /* values of b or around it */
+    for (int k = 0; k < r->n; k++)
+      if (r->v[k]->def->graph != b) ptrmap_add(&acc, r->v[k], r->c[k]);
+  }
+  OuterReads *o = had ? (OuterReads *)got : calloc(1, sizeof *o);
+  if (!o) die("out of memory");
+  free(o->kids), free(o->v), free(o->c);
+  o->kids = malloc(sizeof *o->kids * (size_t)(nkids + 1));
+  o->v = malloc(sizeof *o->v * (size_t)(acc.count + 1));
+  o->c = malloc(sizeof *o->c * (size_t)(acc.count + 1));
+  if (!o->kids || !o->v || !o->c) die("out of memory");
+  o->version = b->version;
+  o->nkids = o->n = 0;
+  for (int i = 0; i < b->nnodes; i++)
+    if (b->nodes[i]->body) o->kids[o->nkids++] = b->nodes[i]->body;
+  for (int s = 0; s < acc.cap; s++)
+    if (acc.slots[s].key) o->v[o->n] = acc.slots[s].key, o->c[o->n++] = acc.slots[s].val;
+  ptrmap_free(&acc);
+  if (!had) {
+    o->next = m->owned;
+    m->owned = o;
+    ptrmap_put(&m->of, b, (intptr_t)o);
+  }
+  return o;
+}
+
+/* SHARDC_VERIFY=audit (the tests, the fuzzer): a memo's counts are checked against a fresh walk's. */
+static void audit_memo(const Graph *g, const PtrMap *before, const PtrMap *counts, bool only_keys) {
+  PtrMap fresh = {0};
+  for (int s = 0; s < before->cap; s++)
+    if (before->slots[s].key) ptrmap_put(&fresh, before->slots[s].key, before->slots[s].val);
+  ir_use_counts_outer(g, &fresh, only_keys, NULL);
+  bool same = fresh.count == counts->count;
+  for (int s = 0; s < fresh.cap && same; s++) {
+    intptr_t c = -1;
+    if (!fresh.slots[s].key) continue;
+    same = ptrmap_get(counts, fresh.slots[s].key, &c) && c == fresh.slots[s].val;
+    if (!same)
+      die("ir_use_counts_outer: a body changed without ir_touch since the memo read it (%%%d: %ld reads "
+          "remembered, %ld found)", ((const Value *)fresh.slots[s].key)->id, (long)c, (long)fresh.slots[s].val);
+  }
+  if (!same) die("ir_use_counts_outer: a body changed without ir_touch since the memo read it");
+  ptrmap_free(&fresh);
+}
+
+void ir_use_counts_outer(const Graph *g, PtrMap *counts, bool only_keys, IrUseMemo *memo) {
+  const char *e = memo ? getenv("SHARDC_VERIFY") : NULL;
+  PtrMap before = {0};
+  bool audit = e && strcmp(e, "audit") == 0;
+  if (audit)
+    for (int s = 0; s < counts->cap; s++)
+      if (counts->slots[s].key) ptrmap_put(&before, counts->slots[s].key, counts->slots[s].val);
+  IrUseMemo *m = memo ? memo : ir_use_memo_new();
+  intptr_t c;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *x = g->nodes[i];
+    for (int j = 0; j < x->nin; j++)
+      if (!only_keys) ptrmap_add(counts, x->in[j], 1);
+      else if (ptrmap_get(counts, x->in[j], &c)) ptrmap_put(counts, x->in[j], c + 1);
+    if (!x->body) continue;
+    const OuterReads *r = outer_reads(x->body, m);
+    for (int k = 0; k < r->n; k++)
+      if (!only_keys) ptrmap_add(counts, r->v[k], r->c[k]);
+      else if (ptrmap_get(counts, r->v[k], &c)) ptrmap_put(counts, r->v[k], c + r->c[k]);
+  }
+  if (!memo) ir_use_memo_free(m);
+  if (audit) audit_memo(g, &before, counts, only_keys);
+  ptrmap_free(&before);
 }
 
 static bool has_effect(const Node *n) {

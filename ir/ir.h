@@ -374,11 +374,25 @@ int ir_count_uses(const Graph *g, const Value *v);
 /* The same in g and in the region bodies g's nodes own (a body reads enclosing values directly:
  * a gradient-accumulation loop reads the backward's seed, a constant of the top graph). */
 int ir_count_uses_deep(const Graph *g, const Value *v);
+/* Both for n values in one walk of g: uses[k] = ir_count_uses(g, v[k]) and, unless deep is NULL,
+ * deep[k] = ir_count_uses_deep(g, v[k]) (a value may be NULL: counted 0). */
+void ir_count_uses_n(const Graph *g, int n, const Value *const *v, int *uses, int *deep);
 /* The same for every value at once, in one walk: adds each read by a node of g or of a body nested
  * in it to counts[value] (a PtrMap; a value read nowhere stays absent). A value defined in g is read
  * only in g and below it, so its count is ir_count_uses_deep(g, v); the lookups of a pass that asks
  * for many values cost O(1) each instead of a walk of g each (issue 18). */
 void ir_use_counts(const Graph *g, PtrMap *counts);
+/* ir_use_counts's count for each value not defined in a body below g (g's own values, and those of
+ * the graphs around it), each body's reads of the values around it found once (a body many nodes
+ * share, as the pipeline's instructions do: once, added per owner) and, with a memo, kept from one
+ * call to the next while the body's version (ir_touch) and its nested bodies' stay: a pass that asks
+ * about many values between changes walks only g's own nodes and the bodies changed since (its
+ * changes recorded by ir_touch no later than its next call). only_keys: only the values already keys
+ * of counts are counted (the rest stay absent). memo: from ir_use_memo_new, or NULL (this call's). */
+typedef struct IrUseMemo IrUseMemo;
+IrUseMemo *ir_use_memo_new(void);
+void ir_use_memo_free(IrUseMemo *m);
+void ir_use_counts_outer(const Graph *g, PtrMap *counts, bool only_keys, IrUseMemo *memo);
 
 /* ---- checking and printing ------------------------------------------- */
 /* Structural verifier: topological order, arity, dtypes/shape rank sanity, region

@@ -170,6 +170,10 @@ static bool grad_readers_ok(const Graph *g, const Value *gr, const Node *u) {
   return true;
 }
 
+/* During pass_zero: each body's reads of the top graph's values (ir_use_counts_outer), for the sums'
+ * reader counts (passes/zero_sums.c), found once per body and again only where a body changed. */
+static IrUseMemo *use_memo;
+
 /* ZeRO-2: gr (read by u) arrives reduce-scattered over dp along d instead of all-reduced. Returns
  * the shard (gr itself, retyped, for a backward loop's stacked output), or NULL when gr does not
  * come from a dp all-reduce this can rewrite. */
@@ -177,7 +181,7 @@ static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, ZeroGroup 
   if (!grad_readers_ok(g, gr, u)) return NULL;
   Node *src = gr->def;
   if (zero_is_group_sum(src, z)) {
-    Value *summed = zero_scatter_sums_top(g, gr, d, z); /* accumulation: the running sum is a shard */
+    Value *summed = zero_scatter_sums_top(g, gr, d, z, use_memo); /* accumulation: the running sum is a shard */
     if (summed) return summed;
     Value *sh = scatter_at(g, src->in[gr->idx], gr, src, d, z);
     zero_drop_member(g, src, gr->idx);
@@ -429,8 +433,8 @@ static bool reads_deep(const Graph *g, const Value *p) {
  * separate, each freed after its use); a repeat that takes p as an input, per iteration in its
  * body, before the layer's first use of its slice; a body that captures p (the accumulation
  * region reads the parameters directly), the same rules inside it, so per micro-step. */
-static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, ZeroGroup z) {
-  for (int i = 0; i < g->nnodes - zero_before_pending(before, g); i++) { /* (not the nodes to place later) */
+static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, ZeroGroup z, int from) {
+  for (int i = from; i < g->nnodes - zero_before_pending(before, g); i++) { /* (not the nodes to place later) */
     Node *n = g->nodes[i];
     if (n == u) continue;
     int inserted = 0;
@@ -455,7 +459,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
          * its readers gathers it (per layer in the loops, in bf16: half the bytes) */
         Value *y = n->out[0], wy = *y;
         zero_split_type(y, &wy, d, z);
-        gather_uses(g, y, &wy, u, d, z);
+        gather_uses(g, y, &wy, u, d, z, i + 1); /* (y's readers: after its node) */
         break;
       } else if (n->op == OP_SLICE && n->a.axis != d && readers_can_gather(g, n->out[0], u, d) &&
                  !is_result_of(g, n->out[0])) {
@@ -464,7 +468,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
          * the slice, so the rows stay split and their loops gather them a layer at a time */
         Value *y = n->out[0], wy = *y;
         zero_split_type(y, &wy, d, z);
-        gather_uses(g, y, &wy, u, d, z);
+        gather_uses(g, y, &wy, u, d, z, i + 1); /* (y's readers: after its node) */
         break;
       } else { /* this reader's own gather, right before it */
         Value *whole_p = zero_gather_new(g, p, whole, d, z, n->loc);
@@ -474,7 +478,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         break;
       }
     }
-    if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, z);
+    if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, z, 0);
     i += inserted; /* past the first layers' gathers placed before n */
   }
 }
@@ -485,7 +489,7 @@ static void split_param(Graph *g, Value *p, const Node *u, int d, ZeroGroup z) {
   zero_split_type(p, &whole, d, z);
   ZeroBefore b = {.g = g};
   before = &b;
-  gather_uses(g, p, &whole, u, d, z);
+  gather_uses(g, p, &whole, u, d, z, 0);
   zero_before_place(&b);
   before = NULL;
 }
@@ -761,6 +765,7 @@ bool pass_zero(Module *m) {
     for (int j = 0; j < g->nodes[i]->nin; j++) ptrmap_add(&uses, g->nodes[i]->in[j], 1);
   for (int i = 0; i < g->nresults; i++) ptrmap_add(&uses, g->results[i], n + 1); /* a result: never sole */
   if (stage >= 3) captures = zero_captures_new(g->arena); /* (gather_uses' questions) */
+  use_memo = ir_use_memo_new();
   for (int i = 0; i < nu; i++) {
     Node *u = updates[i];
     bool sole = true;
@@ -776,6 +781,8 @@ bool pass_zero(Module *m) {
   }
   zero_captures_free(captures);
   captures = NULL;
+  ir_use_memo_free(use_memo);
+  use_memo = NULL;
   ptrmap_free(&uses);
   if (stage >= 2) {
     int64_t cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;

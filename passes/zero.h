@@ -59,7 +59,8 @@ void zero_drop_member(Graph *g, Node *ar, int k);
 Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, ZeroGroup z);
 /* The same for a gradient all-reduced at the top (gr: the all-reduce's output in g): the
  * embedding's, the head's, the final norm's. Returns the shard that stands for gr, or NULL. */
-Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z);
+/* (memo: the pass's ir_use_counts_outer memo, kept across its parameters; NULL: none) */
+Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z, IrUseMemo *memo);
 /* True when v (a STATE or CONST source) is read by `u` only: its type may change in place. */
 bool zero_only_reader(const Graph *g, const Value *v, const Node *u);
 /* Plan `offload` (passes/zero_offload.c): every update of the top graph g on the host, the copies

@@ -52,7 +52,12 @@ static bool yielded_once(const Graph *b, const Value *v) {
 
 /* add (in R's body) reads one of R's stacked arguments, read by it only: that argument's index
  * (the other operand, the gradient, at *slot ^ 1), else -1. */
-static int sum_arg(const Node *R, const Node *add, int *slot) {
+static int sum_arg_counted(const Node *R, const Node *add, int *slot, const int *deep);
+
+static int sum_arg(const Node *R, const Node *add, int *slot) { return sum_arg_counted(R, add, slot, NULL); }
+
+/* (deep: ir_count_uses_deep of R's body for add->in[0], add->in[1], found already; NULL: counted here) */
+static int sum_arg_counted(const Node *R, const Node *add, int *slot, const int *deep) {
   const Graph *b = R->body;
   if (add->op != OP_ADD || add->graph != b || add->in[0] == add->in[1]) return -1;
   for (int s = 0; s < 2; s++) {
@@ -60,7 +65,7 @@ static int sum_arg(const Node *R, const Node *add, int *slot) {
     if (a->def->op != OP_ARG || a->def->graph != b) continue;
     int j = a->def->a.index;
     if (j < R->a.ncarry || j >= R->a.ncarry + R->a.nxs || b->args[j] != a->def) continue;
-    if (ir_count_uses_deep(b, a) != 1) continue;
+    if ((deep ? deep[s] : ir_count_uses_deep(b, a)) != 1) continue;
     *slot = s;
     return j;
   }
@@ -224,13 +229,17 @@ static bool mean_of_sum(const Graph *gg, const Value *y, ZeroGroup z, Node **mea
   Node *ar = y->def;
   if (ar->graph != gg || !zero_is_group_sum(ar, z)) return false;
   Value *x = ar->in[y->idx];
-  if (x->def->graph != gg || ir_count_uses(gg, x) != 1 || !ir_shape_eq(&x->shape, &y->shape)) return false;
+  if (x->def->graph != gg) return false;
+  const Value *vs[2] = {x, x->def->op == OP_SCALE ? x->def->in[0] : NULL}; /* (s2 below: one walk of gg for both) */
+  int uses[2];
+  ir_count_uses_n(gg, 2, vs, uses, NULL);
+  if (uses[0] != 1 || !ir_shape_eq(&x->shape, &y->shape)) return false;
   for (int i = 0; i < gg->nresults; i++)
     if (gg->results[i] == x) return false;
   *mean = x->def->op == OP_SCALE ? x->def : NULL;
   Value *s2 = *mean ? (*mean)->in[0] : x;
   if (s2->def->graph != gg || (s2->def->op != OP_ADD && s2->def->op != OP_STAGE_SELECT) ||
-      (*mean && ir_count_uses(gg, s2) != 1))
+      (*mean && uses[1] != 1))
     return false;
   *add = s2->def;
   return true;
@@ -339,10 +348,10 @@ static void scatter_parts(Value *t, int d, ZeroGroup z) {
 
 /* The chains ending in ends[0..nends) (one, or each stage's: pipe.c's run_stage_merges, under a
  * stage_select), all found before anything changes (else false, nothing changed), then scattered. */
-static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGroup z) {
+static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGroup z, IrUseMemo *memo) {
   Shape whole = ends[0]->out[0]->shape; /* (the chain's values are retyped on the way) */
-  PtrMap uses = {0};
-  ir_use_counts(g, &uses);
+  PtrMap uses = {0}; /* (only g's values are asked about: their counts, each shared body walked once) */
+  ir_use_counts_outer(g, &uses, false, memo);
   /* the chains, each last add first, found before anything changes: prev[k] is add k's sum operand;
    * first[e]: chain e's first entry */
   int n = 0, cap = 16;
@@ -413,25 +422,43 @@ static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGro
  * rows (padded); both, each chunk padded to the stage's largest, then concatenated. As the region's loop does (region_sum's R1), each loop reduce-scatters g_l in its
  * body, and the chain sums the shards. */
 
-/* Adds to each value of counts (already a key) its readers in g and in g's bodies (ir_use_counts's
- * count, for those values only). */
-static void count_readers(const Graph *g, PtrMap *counts) {
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *x = g->nodes[i];
-    for (int j = 0; j < x->nin; j++) {
-      intptr_t c;
-      if (ptrmap_get(counts, x->in[j], &c)) ptrmap_put(counts, x->in[j], c + 1);
-    }
-    if (x->body) count_readers(x->body, counts);
-  }
-}
-
 /* v ends such a chain: its loops' outputs, last first, appended to *out (*n of cap). */
 /* Each value the walk below asks "read once?" about: with asked set (the first walk), recorded and
  * taken as yes; else answered from uses (the counts of just those values, scatter_folded's). */
 typedef struct {
   PtrMap *uses, *asked;
+  PtrMap *facts; /* loop_facts' answers, kept through scatter_folded's walks (nothing changes in them) */
 } FoldUses;
+
+/* What folded_chain asks of loop v->def's body (each a walk of it): whether it yields y =
+ * b->results[v->idx] once and reads it not (yielded_once), and y's node's sum argument j and slot
+ * (sum_arg; -1: none; asked only where yielded). facts: the answers found before (v -> 1 + yielded +
+ * 2 slot + 4 (j + 1)), to be asked only while v's body is as it was then; NULL: found afresh. */
+typedef struct {
+  bool yielded;
+  int j, slot;
+} LoopFacts;
+
+static LoopFacts loop_facts(PtrMap *facts, const Value *v) {
+  intptr_t e;
+  if (facts && ptrmap_get(facts, v, &e)) return (LoopFacts){(e - 1) & 1, (int)((e - 1) >> 2) - 1, (int)((e - 1) >> 1) & 1};
+  const Node *R = v->def;
+  const Graph *b = R->body;
+  const Value *y = b->results[v->idx];
+  LoopFacts f = {false, -1, 0};
+  if (y->def->graph == b && y->def->op != OP_ARG) { /* yielded_once and sum_arg's counts in one walk of b */
+    const Node *add = y->def;
+    int k = 0;
+    for (int i = 0; i < b->nresults; i++) k += b->results[i] == y;
+    const Value *vs[3] = {y, add->nin == 2 ? add->in[0] : NULL, add->nin == 2 ? add->in[1] : NULL};
+    int uses[3], deep[3];
+    ir_count_uses_n(b, 3, vs, uses, deep);
+    f.yielded = k == 1 && uses[0] == 0;
+    if (f.yielded) f.j = sum_arg_counted(R, add, &f.slot, add->nin == 2 ? deep + 1 : NULL);
+  }
+  if (facts) ptrmap_put(facts, v, 1 + f.yielded + 2 * f.slot + 4 * (f.j + 1));
+  return f;
+}
 
 static bool folded_once(const FoldUses *u, const Value *v) {
   if (u->asked) {
@@ -447,10 +474,10 @@ static bool folded_chain(const FoldUses *uses, Value *v, Value **out, int *n, in
     if (!folded_once(uses, v) || !ir_shape_eq(&v->shape, &sh) || *n == cap) return false;
     if (R->op != OP_REPEAT || v->idx < R->a.ncarry) return false;
     const Graph *b = R->body;
-    const Value *y = b->results[v->idx];
-    if (y->def->graph != b || y->def->op == OP_ARG || !yielded_once(b, y)) return false;
+    LoopFacts f = loop_facts(uses->facts, v);
+    if (!f.yielded) return false;
     out[(*n)++] = v;
-    int slot, j = sum_arg(R, y->def, &slot);
+    int j = f.j;
     const char *nm = j >= 0 ? b->args[j]->out[0]->name : NULL;
     if (!nm || strcmp(nm, "sum") != 0) return true; /* the first: g_l itself */
     v = R->in[j];
@@ -475,30 +502,42 @@ static bool folded_parts(const FoldUses *uses, Value *v, Value **chain, int *n, 
 
 /* sel (stage_select) of each stage's folded chains, under pads and concats along the layers:
  * all found before anything changes (else false, nothing changed), then each loop scatters. */
-static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
+static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z, IrUseMemo *memo) {
   if (d < 1) return false;
   int cap = g->nnodes, n = 0, nw = 0; /* (the loops, the pads and concats: fewer than g's nodes) */
   Value **chain = ARENA_ARRAY(g->arena, Value *, cap + 1);
   Value **wrap = ARENA_ARRAY(g->arena, Value *, cap + 1);
   /* Twice: first every "read once?" taken as yes, the values asked recorded (the second walk asks
    * about the same values up to its first no, so a first walk's failure is the second's); then their
-   * readers counted in one walk of g (not every value's: one walk per parameter), and the walk again. */
-  PtrMap counts = {0};
-  FoldUses first = {NULL, &counts}, real = {&counts, NULL};
+   * readers counted (g's own nodes, the bodies' reads from the pass's memo: ir_use_counts_outer), and
+   * the walk again, each loop's facts (loop_facts) as the first walk found them. */
+  PtrMap counts = {0}, facts = {0}, changed = {0}; /* changed: the loop bodies scattered in below */
+  FoldUses first = {NULL, &counts, &facts}, real = {&counts, NULL, &facts};
   bool ok = true;
   for (int s = 0; s < sel->nin && ok; s++) ok = folded_parts(&first, sel->in[s], chain, &n, wrap, &nw, cap);
   if (ok) {
-    count_readers(g, &counts);
+    ir_use_counts_outer(g, &counts, true, memo); /* (the bodies unchanged since the last call: not walked) */
     n = nw = 0;
     for (int s = 0; s < sel->nin && ok; s++) ok = folded_parts(&real, sel->in[s], chain, &n, wrap, &nw, cap);
   }
   ptrmap_free(&counts);
-  if (!ok) return false;
+  if (!ok) {
+    ptrmap_free(&facts);
+    return false;
+  }
   for (int k = 0; k < n; k++) {
     Value *v = chain[k];
     Graph *b = v->def->body;
     Value *y = b->results[v->idx];
-    int slot, j = sum_arg(v->def, y->def, &slot);
+    intptr_t one;
+    int slot, j;
+    if (!ptrmap_get(&changed, b, &one)) { /* the walks' answer while b is unchanged (v: a loop of the chain, yielded) */
+      LoopFacts f = loop_facts(&facts, v);
+      slot = f.slot, j = f.j;
+    } else {
+      j = sum_arg(v->def, y->def, &slot);
+    }
+    ptrmap_put(&changed, b, 1);
     if (j < 0 || strcmp(b->args[j]->out[0]->name, "sum") != 0) {
       hoist_scatter(v, d, z); /* the first: the loop yields g_l's shard */
       continue;
@@ -509,10 +548,12 @@ static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
     retype(v, d, z);
   }
   for (int k = 0; k < nw; k++) retype(wrap[k], d, z);
+  ptrmap_free(&facts);
+  ptrmap_free(&changed);
   return true;
 }
 
-Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
+Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z, IrUseMemo *memo) {
   Node *mean, *add;
   int slot = -1;
   if (!mean_of_sum(g, gr, z, &mean, &add)) return NULL;
@@ -525,14 +566,14 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
     Node **ends = ARENA_ARRAY(g->arena, Node *, add->nin + 1);
     for (int j = 0; j < add->nin; j++) ends[j] = add->in[j]->def;
     if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) ||
-        (!scatter_folded(g, add, d, z) && !scatter_chain(g, ends, add->nin, d, z)))
+        (!scatter_folded(g, add, d, z, memo) && !scatter_chain(g, ends, add->nin, d, z, memo)))
       return NULL;
     retype(add->out[0], d, z);
   } else if (slot >= 0) { /* the region's sum, then the last micro-step's */
     shard_region_sum(&o, d, z);
     scatter_operand(g, add, slot ^ 1, d, z, -1);
     retype(add->out[0], d, z);
-  } else if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, &add, 1, d, z)) {
+  } else if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, &add, 1, d, z, memo)) {
     return NULL;
   }
   if (mean) retype(x, d, z);
@@ -549,6 +590,7 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
  * bucket_scatters packs a run into one collective. */
 void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z) {
   Node **run = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
+  Node **keep = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1); /* (one for every run: b keeps its count) */
   int n = 0;
   int64_t bytes = 0;
   for (int i = 0; i <= b->nnodes; i++) {
@@ -560,7 +602,6 @@ void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z) {
     if (n > 0 && (!x || (member && (!zero_run_takes(n, bytes, sz, cap) || !dtype_ok)))) {
       /* close the run: its members move to the last one's place (each after its input) */
       int last = pos_in(b, run[n - 1]), w = 0;
-      Node **keep = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
       for (int q = 0; q < b->nnodes; q++) {
         bool in_run = false;
         for (int k = 0; k < n - 1; k++) in_run |= b->nodes[q] == run[k];
