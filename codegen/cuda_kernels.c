@@ -23,6 +23,7 @@ CuK *cuk_new(Arena *a) {
   k->cap = 4096;
   k->src = arena_alloc(a, k->cap);
   k->ws = CUK_WS_FLAGS;
+  k->grid_y_max = 65535;
   const char *head = "#include \"shardk.cuh\"\n";
   k->len = strlen(head);
   memcpy(k->src, head, k->len + 1);
@@ -30,6 +31,8 @@ CuK *cuk_new(Arena *a) {
 }
 
 const char *cuk_source(const CuK *k) { return k->src; }
+
+void cuk_set_grid_y_max(CuK *k, int64_t n) { k->grid_y_max = n < 1 ? 1 : n > 65535 ? 65535 : n; }
 void cuk_set_flash_cfg(CuK *k, const CuFlashCfg *c) {
   CuFlashCfg *f = c ? ARENA_NEW(k->a, CuFlashCfg) : NULL;
   if (c) *f = *c;
@@ -337,10 +340,10 @@ const char *cuk_iota(CuK *k, const char *y, int64_t n, int64_t start) {
 const char *cuk_transpose(CuK *k, const char *y, const char *x, DType dt, int64_t batch, int64_t rows, int64_t cols) {
   Args g = {.np = 2, .p = {y, x}};
   const char *t = ck_ctype(dt);
-  if (cdiv(rows, 32) > 65535) die("cuda_kernels: transpose of %lld rows", (long long)rows);
   const char *one = k->variant == CUK_VAR_ONE ? ck_transpose_vec(k, y, x, dt, batch, rows, cols) : NULL;
   if (one) return one;
-  return ck_simple(k, &g, cdiv(cols, 32), cdiv(rows, 32), imin(batch, 65535), 32, 8,
+  /* (over 65535 tiles of rows, e.g. a stacked layer gradient's 2M rows: the blocks loop over them, grid y capped) */
+  return ck_simple(k, &g, cdiv(cols, 32), imin(cdiv(rows, 32), k->grid_y_max), imin(batch, 65535), 32, 8,
                 arena_printf(k->a, "sk::transpose<%s, %lldLL, %lldLL, %lldLL>((%s *)p0, (const %s *)p1);", t,
                              (long long)batch, (long long)rows, (long long)cols, t, t));
 }

@@ -56,6 +56,9 @@ enum { CUK_VAR_DEFAULT, CUK_VAR_MAIN, CUK_VAR_ONE, CUK_NVARIANTS };
 extern const char *const cuk_variant_names[CUK_NVARIANTS];
 /* The variant of the kernels k emits from now on. */
 void cuk_set_variant(CuK *k, int v);
+/* The grid y the kernels that loop over their row tiles launch with at most (default and at most 65535, CUDA's
+ * limit: the transposes); a test's smaller one runs those loops at small sizes. */
+void cuk_set_grid_y_max(CuK *k, int64_t n);
 
 /* ---- fused elementwise chains ----
  * One kernel computes a chain of elementwise ops at every index of `shape` (numpy

@@ -50,10 +50,10 @@ const char *ck_embed_vec(CuK *k, const char *y, DType ydt, const char *table, DT
 /* transpose of [batch, rows, cols] with rows and cols multiples of 16 / sizeof(element): 64 x 64 tiles */
 const char *ck_transpose_vec(CuK *k, const char *y, const char *x, DType dt, int64_t batch, int64_t rows, int64_t cols) {
   const int vw = dt == DT_BF16 ? 8 : 4;
-  if ((dt != DT_BF16 && dt != DT_F32) || rows % vw || cols % vw || cdiv(rows, 64) > 65535) return NULL;
+  if ((dt != DT_BF16 && dt != DT_F32) || rows % vw || cols % vw) return NULL;
   Args g = {.np = 2, .p = {y, x}};
   const char *t = ck_ctype(dt);
-  return ck_simple(k, &g, cdiv(cols, 64), cdiv(rows, 64), imin(batch, 65535), 256, 1,
+  return ck_simple(k, &g, cdiv(cols, 64), imin(cdiv(rows, 64), k->grid_y_max), imin(batch, 65535), 256, 1,
                    arena_printf(k->a, "sk::transpose_vec<%s, %lldLL, %lldLL, %lldLL>((%s *)p0, (const %s *)p1);", t,
                                 (long long)batch, (long long)rows, (long long)cols, t, t));
 }

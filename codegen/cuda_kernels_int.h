@@ -29,6 +29,8 @@ struct CuK {
   int guard;               /* the kernel being written is such a candidate: inside #ifdef SK_ATTN_TUNE */
   int last;                /* the kernel the last ck_end launches (a repeat: the earlier one) */
   char *guarded;           /* [capbodies]: kernel i is a guarded candidate (never reused by an unguarded one) */
+  int64_t grid_y_max;      /* the launches' grid y of the kernels that loop over theirs (65535, CUDA's limit; a test's
+                              smaller one: cuk_set_grid_y_max) */
 };
 
 /* Kernel arguments: the pointers first (char *), then the int64 host values (long long); at most CUK_MAX_*_ARGS. */

@@ -214,9 +214,12 @@ static void cases_movement(KC *c) {
     for (int64_t i = 0; i < n; i++) ref[i] = (float)(5 + i);
     cmp(c, "iota", got, ref, n, 0, 0);
   }
-  for (int tc = 0; tc < 6; tc++) { /* transpose; 72 x 136 and 8 x 64: 64 x 64 vector tiles with tails, one in part */
+  for (int tc = 0; tc < 8; tc++) { /* transpose; 72 x 136 and 8 x 64: 64 x 64 vector tiles with tails, one in part;
+                                      * 200 x 64 on a grid of 2 row tiles (each block loops over its rows' tiles, as
+                                      * over 65535 tiles: a stacked gradient's 2M rows) */
     DType dt = tc & 1 ? DT_BF16 : DT_F32;
-    int64_t B = tc < 2 ? 3 : 2, R = tc < 2 ? 37 : tc < 4 ? 72 : 8, C = tc < 2 ? 70 : tc < 4 ? 136 : 64;
+    int64_t B = tc < 2 ? 3 : 2, R = tc < 2 ? 37 : tc < 4 ? 72 : tc < 6 ? 8 : 200, C = tc < 2 ? 70 : tc < 4 ? 136 : 64;
+    cuk_set_grid_y_max(c->k, tc < 6 ? 65535 : 2);
     float *x = fvec(c, B * R * C, 1.0f);
     round_to(dt, x, B * R * C);
     KT tx = kt_new(c, dt, B * R * C), ty = kt_new(c, dt, B * R * C);
@@ -226,9 +229,10 @@ static void cases_movement(KC *c) {
     for (int64_t b = 0; b < B; b++)
       for (int64_t r = 0; r < R; r++)
         for (int64_t q = 0; q < C; q++) ref[(b * C + q) * R + r] = x[(b * R + r) * C + q];
-    cmp(c, arena_printf(c->a, "transpose [%lld, %lld, %lld] %s", (long long)B, (long long)R, (long long)C, dn(dt)), got,
-        ref, B * R * C, 0, 0);
+    cmp(c, arena_printf(c->a, "transpose [%lld, %lld, %lld] %s%s", (long long)B, (long long)R, (long long)C, dn(dt),
+                        tc < 6 ? "" : ", grid y 2"), got, ref, B * R * C, 0, 0);
   }
+  cuk_set_grid_y_max(c->k, 65535);
   { /* x and y one element past 16-byte alignment: transpose_vec's element-by-element path */
     int64_t R = 72, C = 136, n = R * C;
     float *x = fvec(c, n + 1, 1.0f);

@@ -320,13 +320,15 @@ __device__ void iota(int *y, i64 start) {
     y[i] = (int)(start + i);
 }
 
-/* y[b, c, r] = x[b, r, c] for b < BATCH; block (32, 8), grid (ceil(C/32), ceil(R/32), min(BATCH, 65535)). */
+/* y[b, c, r] = x[b, r, c] for b < BATCH; block (32, 8), grid (ceil(C/32), min(ceil(R/32), 65535), min(BATCH, 65535)):
+ * a block's tiles of rows blockIdx.y, + gridDim.y, ... (a stacked gradient's 2M rows are 65536 tiles and more). */
 template <class T, i64 BATCH, i64 R, i64 C>
 __device__ void transpose(T *y, const T *x) {
   __shared__ float tile[32][33];
-  i64 r0 = (i64)blockIdx.y * 32, c0 = (i64)blockIdx.x * 32;
+  const i64 c0 = (i64)blockIdx.x * 32;
   int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
-  for (i64 b = blockIdx.z; b < BATCH; b += gridDim.z) {
+  for (i64 rt = blockIdx.y; rt < (R + 31) / 32; rt += gridDim.y)
+  for (i64 b = blockIdx.z, r0 = rt * 32; b < BATCH; b += gridDim.z) {
     const T *xb = x + b * R * C;
     T *yb = y + b * R * C;
     for (int j = 0; j < 32; j += 8) {

@@ -168,8 +168,8 @@ __device__ void embed_vec(TY *y, const TT *table, const int *idx, i64 row0, int 
 }
 
 /* ---- transpose in 64 x 64 tiles of 16-byte vectors ---------------------------------------------------------------
- * y[b, c, r] = x[b, r, c] (R, C multiples of VW = 16 / sizeof(T)); block 256, grid (ceil(C / 64), ceil(R / 64),
- * min(BATCH, 65535)). The tile's 16-byte loads (2 bf16 / 4 f32 vectors a thread) issued together, their elements into
+ * y[b, c, r] = x[b, r, c] (R, C multiples of VW = 16 / sizeof(T)); block 256, grid (ceil(C / 64), min(ceil(R / 64),
+ * 65535), min(BATCH, 65535)). The tile's 16-byte loads (2 bf16 / 4 f32 vectors a thread) issued together, their elements into
  * shared memory (rows of an odd number of 32-bit words: at most 2-way bank conflicts either way), then each thread
  * gathers a vector of y's row (a column of the tile) and stores it whole: a warp stores 4 (bf16) / 2 (f32) rows of 128
  * contiguous bytes. Pointers not 16-byte aligned: element by element through the same tile. */
@@ -179,9 +179,10 @@ __device__ void transpose_vec(T *y, const T *x) {
   constexpr int VW = 16 / (int)sizeof(T), TV = 64 / VW, NL = 64 * TV / 256, PAD = 4 / (int)sizeof(T);
   __shared__ E tile[64][64 + PAD];
   const int t = (int)threadIdx.x;
-  const i64 r0 = (i64)blockIdx.y * 64, c0 = (i64)blockIdx.x * 64;
+  const i64 c0 = (i64)blockIdx.x * 64;
   const bool al = (((unsigned long long)y | (unsigned long long)x) & 15) == 0;
-  for (i64 b = blockIdx.z; b < BATCH; b += gridDim.z) {
+  for (i64 rt = blockIdx.y; rt < (R + 63) / 64; rt += gridDim.y) /* (row tiles past gridDim.y: the block loops) */
+  for (i64 b = blockIdx.z, r0 = rt * 64; b < BATCH; b += gridDim.z) {
     const E *xb = (const E *)x + b * R * C;
     E *yb = (E *)y + b * R * C;
     vbits<T> q[NL];
