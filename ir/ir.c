@@ -408,6 +408,63 @@ Value *ir_repeat_add_stacked(Node *r, Value *v) {
   return o;
 }
 
+void ir_repeat_remove_arg(Node *r, int pos) {
+  Graph *b = r->body;
+  Node *a = b->args[pos];
+  ir_drop_node(b, a);
+  for (int i = pos; i + 1 < b->nargs; i++) {
+    b->args[i] = b->args[i + 1];
+    b->args[i]->a.index = i;
+  }
+  b->nargs--;
+  for (int i = pos; i + 1 < r->nin; i++) r->in[i] = r->in[i + 1];
+  r->nin--;
+  ir_touch(b);
+  ir_touch(r->graph);
+}
+
+void ir_repeat_remove_outputs(Node *r, const bool *drop) {
+  Graph *b = r->body;
+  int k = 0;
+  for (int i = 0; i < r->nout; i++) {
+    if (drop[i]) continue;
+    r->out[k] = r->out[i];
+    r->out[k]->idx = k;
+    b->results[k] = b->results[i];
+    if (b->result_names) b->result_names[k] = b->result_names[i];
+    k++;
+  }
+  r->nout = k;
+  b->nresults = k;
+  ir_touch(r->graph);
+  ir_touch(b);
+}
+
+/* Whether a node of g (or of a body nested in it) reads v, or g yields it. */
+static bool read_in(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == v) return true;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == v) return true;
+    if (n->body && read_in(n->body, v)) return true;
+  }
+  return false;
+}
+
+int ir_repeat_drop_unread_xs(Node *r, Value **gone) {
+  int nc = r->a.ncarry, k = 0;
+  for (int i = nc + r->a.nxs - 1; i >= nc; i--) {
+    if (read_in(r->body, r->body->args[i]->out[0])) continue;
+    if (gone) gone[k] = r->in[i];
+    k++;
+    ir_repeat_remove_arg(r, i);
+    r->a.nxs--;
+  }
+  return k;
+}
+
 /* Row `row` of a stacked x [k, ...]: a slice reshaped to `like` (the body argument it stands for). */
 Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc loc) {
   Attrs sa = {0};
