@@ -440,24 +440,11 @@ void ir_repeat_remove_outputs(Node *r, const bool *drop) {
   ir_touch(b);
 }
 
-/* Whether a node of g (or of a body nested in it) reads v, or g yields it. */
-static bool read_in(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return true;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    for (int j = 0; j < n->nin; j++)
-      if (n->in[j] == v) return true;
-    if (n->body && read_in(n->body, v)) return true;
-  }
-  return false;
-}
-
-int ir_repeat_drop_unread_xs(Node *r, Value **gone) {
+int ir_repeat_drop_unread_xs(Node *r) {
   int nc = r->a.ncarry, k = 0;
   for (int i = nc + r->a.nxs - 1; i >= nc; i--) {
-    if (read_in(r->body, r->body->args[i]->out[0])) continue;
-    if (gone) gone[k] = r->in[i];
+    const Value *a = r->body->args[i]->out[0];
+    if (ir_count_uses_deep(r->body, a) || ir_is_result(r->body, a)) continue;
     k++;
     ir_repeat_remove_arg(r, i);
     r->a.nxs--;

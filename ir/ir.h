@@ -291,9 +291,9 @@ Value *ir_repeat_add_stacked(Node *r, Value *v);
 void ir_repeat_remove_arg(Node *r, int pos);
 /* Removes the outputs of region node r marked in drop[0 .. r->nout) and their body results (none read). */
 void ir_repeat_remove_outputs(Node *r, const bool *drop);
-/* Removes the stacked inputs (xs) of loop r whose body argument nothing in its body (nested bodies too) reads;
- * each one's outer value is put in gone[] (room for r->a.nxs) where gone is not NULL. Returns how many. */
-int ir_repeat_drop_unread_xs(Node *r, Value **gone);
+/* Removes the stacked inputs (xs) of loop r whose body argument nothing in its body (nested bodies too) reads nor
+ * it yields. Returns how many. */
+int ir_repeat_drop_unread_xs(Node *r);
 Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc loc);
 /* Whether slice node n is a view of its input (the same bytes from the same start, no copy: the
  * memory plan gives it its input's offset, codegen copies only if it moved): a pipeline stage's

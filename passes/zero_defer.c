@@ -420,7 +420,7 @@ static void join_rows(Graph *g, const Lifted *l) {
  * read after the loop, zb's W's among them): dropped, a loop taking only what it reads (passes/pipe_split.c). */
 static void unread_xs(Graph *g, const Lifted *l) {
   for (int i = 0; l->loops.count && i < g->nnodes; i++)
-    if (ptrmap_get(&l->loops, g->nodes[i], NULL)) ir_repeat_drop_unread_xs(g->nodes[i], NULL);
+    if (ptrmap_get(&l->loops, g->nodes[i], NULL)) ir_repeat_drop_unread_xs(g->nodes[i]);
 }
 
 /* The k-th asynchronous reduce-scatter of body b (body order), the one defer_graph pairs with a cut loop's k-th. */
