@@ -549,6 +549,50 @@ Value *ir_repeat_add_stacked(Node *r, Value *v) {
   return o;
 }
 
+void ir_repeat_remove_arg(Node *r, int pos) {
+  Graph *b = r->body;
+  Node *a = b->args[pos];
+  ir_drop_node(b, a);
+  for (int i = pos; i + 1 < b->nargs; i++) {
+    b->args[i] = b->args[i + 1];
+    b->args[i]->a.index = i;
+  }
+  b->nargs--;
+  for (int i = pos; i + 1 < r->nin; i++) r->in[i] = r->in[i + 1];
+  r->nin--;
+  ir_touch(b);
+  ir_touch(r->graph);
+}
+
+void ir_repeat_remove_outputs(Node *r, const bool *drop) {
+  Graph *b = r->body;
+  int k = 0;
+  for (int i = 0; i < r->nout; i++) {
+    if (drop[i]) continue;
+    r->out[k] = r->out[i];
+    r->out[k]->idx = k;
+    b->results[k] = b->results[i];
+    if (b->result_names) b->result_names[k] = b->result_names[i];
+    k++;
+  }
+  r->nout = k;
+  b->nresults = k;
+  ir_touch(r->graph);
+  ir_touch(b);
+}
+
+int ir_repeat_drop_unread_xs(Node *r) {
+  int nc = r->a.ncarry, k = 0;
+  for (int i = nc + r->a.nxs - 1; i >= nc; i--) {
+    const Value *a = r->body->args[i]->out[0];
+    if (ir_count_uses_deep(r->body, a) || ir_is_result(r->body, a)) continue;
+    k++;
+    ir_repeat_remove_arg(r, i);
+    r->a.nxs--;
+  }
+  return k;
+}
+
 /* Row `row` of a stacked x [k, ...]: a slice reshaped to `like` (the body argument it stands for). */
 Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc loc) {
   Attrs sa = {0};

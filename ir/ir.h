@@ -286,6 +286,14 @@ Value *ir_emit(Graph *g, OpKind op, int nin, Value *const *in, DType dt, Shape s
 /* Row `row` of a stacked x [k, ...] appended to g: a slice reshaped to like's type and sharding. */
 /* A new output of loop r stacking its body value v every iteration (v a new body result, last) */
 Value *ir_repeat_add_stacked(Node *r, Value *v);
+/* Removes input and body argument pos of region node r (a REPEAT; nothing in its body reads the argument), the
+ * later ones shifted down; a stacked input's count (a.nxs) is the caller's. */
+void ir_repeat_remove_arg(Node *r, int pos);
+/* Removes the outputs of region node r marked in drop[0 .. r->nout) and their body results (none read). */
+void ir_repeat_remove_outputs(Node *r, const bool *drop);
+/* Removes the stacked inputs (xs) of loop r whose body argument nothing in its body (nested bodies too) reads nor
+ * it yields. Returns how many. */
+int ir_repeat_drop_unread_xs(Node *r);
 Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc loc);
 /* Whether slice node n is a view of its input (the same bytes from the same start, no copy: the
  * memory plan gives it its input's offset, codegen copies only if it moved): a pipeline stage's

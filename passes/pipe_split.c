@@ -8,7 +8,8 @@
  *   Rb  R's body without what only the weight gradients need; its outputs: the carry, and
  *       stacked per layer the values the weight gradients read from it (the hand-off), and the
  *       weight gradients it makes itself (a norm's, made with its input's gradient);
- *   Rw  no carry; reads R's stacked inputs and the hand-off; yields R's other stacked outputs.
+ *   Rw  no carry; reads the stacked inputs of R its nodes read (not those B alone reads: held to W for
+ *       nothing) and the hand-off; yields R's other stacked outputs.
  * Every node is a clone of one of R's body (the same op, attributes, shapes and shardings), each
  * computed once, so the gradients are bit-identical to R's.
  */
@@ -156,15 +157,32 @@ bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {
     o->shape = ir_stacked_shape(h[k]->shape, R->a.count);
     o->sharding = stacked_sharding(h[k]->sharding);
   }
-  /* Rw: R's xs and the hand-off as xs, R's captured values; the W nodes; yields R's other ys */
+  /* Rw: the xs of R its nodes read and the hand-off as xs, R's captured values; the W nodes; yields R's other ys.
+   * An x of R that B alone reads (the layer's input, the attention's inputs, under `recompute none` all but the
+   * weight-gradient GEMMs' inputs) W does not take: its stack is freed after B, not held to W. */
+  bool *wx = calloc((size_t)nx + 1, sizeof(bool));
+  if (!wx) die("out of memory");
+  for (int i = 0; i < n; i++)
+    for (int j = 0; wset[i] && j < g->nodes[i]->nin; j++) {
+      const Node *d = g->nodes[i]->in[j]->def;
+      if (d->graph == g && d->op == OP_ARG && d->a.index >= nc && d->a.index < nc + nx) wx[d->a.index - nc] = true;
+    }
+  for (int r = nc; r < g->nresults; r++) { /* (an x yielded as it is, by W) */
+    const Node *d = g->results[r]->def;
+    if (!own[r] && d->graph == g && d->op == OP_ARG && d->a.index >= nc && d->a.index < nc + nx) wx[d->a.index - nc] = true;
+  }
+  int nwx = 0;
+  for (int i = 0; i < nx; i++) nwx += wx[i];
   Graph *wb = ir_graph_new(outer->arena, outer);
-  int nin = nx + nhw + (R->nin - nc - nx);
+  int nin = nwx + nhw + (R->nin - nc - nx);
   Value **win = ARENA_ARRAY(outer->arena, Value *, nin + 1);
   int q = 0;
   for (int i = nc; i < nc + nx; i++) {
+    if (!wx[i - nc]) continue;
     win[q++] = R->in[i];
     arg_like(wb, g->args[i]->out[0], &mw);
   }
+  free(wx);
   for (int k = 0; k < nhw; k++) {
     win[q++] = B->out[nc + k];
     arg_like(wb, h[k], &mw);
@@ -187,7 +205,7 @@ bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {
   Node *W = ir_node_new(outer, OP_REPEAT, nin, win, nw, R->loc);
   W->a = R->a;
   W->a.ncarry = 0;
-  W->a.nxs = nx + nhw;
+  W->a.nxs = nwx + nhw;
   W->body = wb;
   wb->owner = W;
   for (int r = nc; r < R->nout; r++) {

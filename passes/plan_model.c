@@ -610,9 +610,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
            lst / c->v * ulay;
     /* zb: what of the forward's activations only B reads, freed at B's end: a micro-batch awaiting W holds A less
      * it, but for the stage's B just run (l->fresh: at its end its hand-off and its inputs are both live); W
-     * recomputing from F's values (`zb_w recompute`, hold(N)'s others) reads them (zb_freed_units) */
-    double zf = c->sched == SCHED_ZB ? zb_freed_units(pm, c->rec) * (1 - zb_unheld(e, lst)) : 0;
-    double Fb = unit * (c->sp || tp == 1 || zf <= 0 ? zf / tp : (zf - 1) / tp + 1) * lst / c->v * ulay;
+     * recomputing from F's values (`zb_w recompute`, hold(N)'s others) reads more of them (zb_freed_units) */
+    double zrep = 0, zf = c->sched == SCHED_ZB ? zb_freed_units(pm, c->rec, au, zb_unheld(e, lst), &zrep) : 0;
+    double Fb = unit * (c->sp || tp == 1 || zf <= 0 ? zf / tp : (zf - zrep) / tp + zrep) * lst / c->v * ulay;
     A *= ulay;
     /* uneven stages without chunks: each stage's loads in flight priced with its own layers (spread over
      * every stage, the most loaded one's layers put the first stage's 16 micro-batches in flight at 8

@@ -68,7 +68,7 @@ double pp_stage_loads_v(const struct PpProfile *pr, const int64_t *n, int nv, in
  * under recompute r what B's recompute made that W reads (plan_model_pp.c says how each is counted). */
 double zb_handoff_units(const PlanModel *pm, double tp, bool sp);
 double zb_held_units(const PlanModel *pm, RecomputeKind r);
-double zb_freed_units(const PlanModel *pm, RecomputeKind r);
+double zb_freed_units(const PlanModel *pm, RecomputeKind r, double kept, double unheld, double *rep);
 double sel_act_units(const PlanModel *pm, int cp);
 
 /* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */

@@ -282,22 +282,36 @@ double zb_held_units(const PlanModel *pm, RecomputeKind r) {
 }
 
 /* zb: what of a micro-batch's forward activations B frees (W does not read them), a layer, in hidden states per token
- * before tp: W takes every stacked value of the forward that B's recompute did not replace (passes/pipe_split.c's
- * W reads the backward loop's stacked inputs; passes/recompute.c drops the replaced ones W does not read), so
- * under selective recompute what B re-derives from F's kept values: the attention's inputs made from the early
- * GEMMs' outputs (rotary-embedded Q and K, or a fused QKV's slices; an unfused V, the last of three or more early
- * matrices, the attention reads as F keeps it: W keeps it too) and the attention block's output (a hidden state).
- * Llama-3-8B 1 + 1 + 0.25 = 2.25 of its 12.5 (tp 2+sp pp 4 zb z3, the last stage's peak compiled, the end of its
- * 4th B: F's stacks of three micro-batches 2624 MiB, the fourth's 3200, B's hand-off 3456 each); tiny (a fused QKV)
- * 1 + 3. None and full: none (none's W takes every stacked value; full's held input: zb_held_units). Not found: 4. */
-double zb_freed_units(const PlanModel *pm, RecomputeKind r) {
-  if (r != RECOMPUTE_SELECTIVE) return 0;
-  if (pm->nlt <= 0 || pm->d <= 0) return 4;
-  int early = 0;
-  double u = 1, last = 0;
-  for (int i = 0; i < pm->nlt; i++)
-    if (pm->lt[i].mat && pm->lt[i].early) early++, last = pm->lt[i].out / pm->d, u += last;
-  return early >= 3 ? u - last : u;
+ * before tp, of kept (what F keeps: the plan's units); rep: of those, the ones replicated over tp without sp (the
+ * layer's input and the attention block's residual sum, 2). W takes only the stacked values its body reads
+ * (passes/pipe_split.c), the inputs of its weight-gradient GEMMs:
+ *   none: the two norms' outputs, the attention's output and the MLP's last GEMM's input (ffn / d: the last late
+ *     matrix's): 3 + ffn / d, the rest of kept freed (Llama-3-8B 16 - 6.5 = 9.5, GPT 16 - 7 = 9);
+ *   selective, W holding B's recompute: the norms' outputs and the MLP's first GEMMs' outputs (the late matrices'
+ *     wider than d: its last GEMM's input re-run from them; attention's output held from B, zb_held_units), so the
+ *     layer's input, the residual sum and the attention's inputs (Q, K, V) are freed: kept less 2 + those outputs
+ *     (Llama-3-8B 12.5 - 9 = 3.5; GPT 11 - 6 = 5);
+ *   selective, W recomputing (`zb_w recompute`, hold(N)'s others: the share unheld of the layers): the layer's
+ *     input and the residual sum (2);
+ *   full: none (W re-runs the first norm from the layer's input, F's one value).
+ * Compiled (Llama-3-8B dp 256 tp 2+sp pp 4 zb z3, the last stage's peak, docs/planner.md "zb: W takes only what it
+ * reads"): rc sel 29674 -> 28714 MiB, 1.25 hidden states more freed (the input and V) for 3 micro-batches awaiting W.
+ * Not found (no layer tensors): a GPT's. */
+double zb_freed_units(const PlanModel *pm, RecomputeKind r, double kept, double unheld, double *rep) {
+  *rep = 0;
+  if (r == RECOMPUTE_FULL) return 0;
+  double first = 0, mlp_in = 0; /* the MLP's first GEMMs' outputs, its last GEMM's input */
+  for (int i = 0; pm->d > 0 && i < pm->nlt; i++) {
+    const PlanLayerTensor *t = &pm->lt[i];
+    if (!t->mat || t->early) continue;
+    if (t->out != pm->d) first += t->out / pm->d;
+    mlp_in = t->numel / (pm->d * pm->d);
+  }
+  if (first <= 0 || mlp_in <= 0) first = 4, mlp_in = 4; /* (not found: a GPT's) */
+  double u = r == RECOMPUTE_NONE ? kept - 3 - mlp_in : unheld * 2 + (1 - unheld) * (kept - 2 - first);
+  if (u <= 0) return 0;
+  *rep = u < 2 ? u : 2;
+  return u;
 }
 
 /* Selective recompute's activations a layer keeps per token and rank (hidden states, before tp): what the

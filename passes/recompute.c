@@ -106,39 +106,12 @@ static Node *insert_arg(Node *rep, int pos, Value *x, const Value *like) {
   return a;
 }
 
-/* Removes argument pos of REPEAT rep (unused in its body). */
-static void remove_arg(Node *rep, int pos) {
-  Graph *b = rep->body;
-  Node *a = b->args[pos];
-  int k = 0;
-  for (int i = 0; i < b->nnodes; i++)
-    if (b->nodes[i] != a) b->nodes[k++] = b->nodes[i];
-  b->nnodes = k;
-  for (int i = pos; i + 1 < b->nargs; i++) {
-    b->args[i] = b->args[i + 1];
-    b->args[i]->a.index = i;
-  }
-  b->nargs--;
-  for (int i = pos; i + 1 < rep->nin; i++) rep->in[i] = rep->in[i + 1];
-  rep->nin--;
-  ir_touch(b);
-  ir_touch(rep->graph);
-}
-
-
 /* Removes stacked output k of F (read by nothing) and its body result. */
 static void remove_output(Node *F, int k) {
-  Graph *b = F->body;
-  for (int i = k; i + 1 < F->nout; i++) {
-    F->out[i] = F->out[i + 1];
-    F->out[i]->idx = i;
-    b->results[i] = b->results[i + 1];
-    if (b->result_names) b->result_names[i] = b->result_names[i + 1];
-  }
-  F->nout--;
-  b->nresults--;
-  ir_touch(b);
-  ir_touch(F->graph);
+  bool *drop = ARENA_ARRAY(F->graph->arena, bool, F->nout + 1);
+  memset(drop, 0, sizeof(bool) * (size_t)(F->nout + 1));
+  drop[k] = true;
+  ir_repeat_remove_outputs(F, drop);
 }
 
 /* Reads of v by nodes of g and its nested bodies, plus g's results. */
@@ -272,17 +245,20 @@ static Value *b_arg_of(const Rc *r, const Value *x, int lo, int hi) {
   return NULL;
 }
 
-/* F-body value v kept: B reads it as a residual (stacked by F), made one if it is not yet. */
+/* F-body value v kept: B reads it as a residual (stacked by F), made one if it is not yet; where F stacks it
+ * already (for another reader: zb's B, where this B is its W, which takes only what its body reads), that stack. */
 static Value *residual(Rc *r, Value *v) {
   Node *F = r->F, *B = r->B;
   int nc = B->a.ncarry, nx = B->a.nxs;
+  Value *o = NULL;
   for (int k = F->a.ncarry; k < F->body->nresults; k++)
     if (F->body->results[k] == v) {
       Value *a = b_arg_of(r, F->out[k], nc, nc + nx);
       intptr_t rv;
       if (a && !ptrmap_get(&r->recomp, a, &rv)) return a;
+      if (!o) o = F->out[k];
     }
-  Value *o = ir_repeat_add_stacked(F, v);
+  if (!o) o = ir_repeat_add_stacked(F, v);
   Node *a = insert_arg(B, nc + nx, o, v);
   add_use(r->outer, o, 1);
   B->a.nxs++;
@@ -506,7 +482,7 @@ static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrM
     if (!ptrmap_get(&r.recomp, a, &fv) || uses(bb, a)) continue;
     Value *x = B->in[i];
     intptr_t nx = 0;
-    remove_arg(B, i);
+    ir_repeat_remove_arg(B, i);
     add_use(outer, x, -1);
     B->a.nxs--;
     if (x->def == F && x->idx >= F->a.ncarry && ptrmap_get(outer, x, &nx) && nx == 0) remove_output(F, x->idx);

@@ -112,6 +112,7 @@ static bool reads_set(const Graph *g, const PtrMap *set) {
 typedef struct {
   PtrMap moved;
   PtrMap rows;     /* the row slices defer_pair made (rows_of) */
+  PtrMap loops;    /* the loops lifted from (their stacked inputs only the lifted nodes read: dropped, unread_xs) */
   int (*group)[3]; /* the loop's position, the first and one past the last lifted node's */
   int ngroups, cap;
 } Lifted;
@@ -158,24 +159,6 @@ static Value *outer_of(const Node *r, const PtrMap *map, const Lifted *l, Value 
   intptr_t o;
   if (ptrmap_get(map, v, &o)) return (Value *)o;
   return moved_to(l, r->in[v->def->a.index]); /* (an earlier loop's output this pass moved) */
-}
-
-/* Drops the loop's stacked outputs (and their body results) marked in drop. */
-static void drop_outputs(Node *r, const bool *drop) {
-  Graph *b = r->body;
-  int k = 0;
-  for (int i = 0; i < r->nout; i++) {
-    if (drop[i]) continue;
-    r->out[k] = r->out[i];
-    r->out[k]->idx = k;
-    b->results[k] = b->results[i];
-    if (b->result_names) b->result_names[k] = b->result_names[i];
-    k++;
-  }
-  r->nout = k;
-  b->nresults = k;
-  ir_touch(r->graph);
-  ir_touch(b);
 }
 
 /* What deferring scatter s of loop r lifts out of its body: the nodes reading s's result, directly or not, in body
@@ -238,7 +221,7 @@ static Value *lift_node(Graph *g, const Node *n, Value *const *in, int64_t count
 
 /* The lifted nodes out of r's body, its outputs they stand for dropped. */
 static void lifted_out(Node *r, const bool *drop, Node *const *lift, int nl) {
-  drop_outputs(r, drop);
+  ir_repeat_remove_outputs(r, drop);
   for (int i = nl - 1; i >= 0; i--) ir_drop_node(r->body, lift[i]);
 }
 
@@ -275,6 +258,7 @@ static bool defer_one(Node *r, int at_r, Node *s, Lifted *l) {
   }
   grp[0] = lifted_after(g, r, at_r, drop);
   lifted_out(r, drop, lift, nl);
+  ptrmap_put(&l->loops, r, 1);
   ptrmap_free(&map);
   ptrmap_free(&made);
   return true;
@@ -390,6 +374,7 @@ static bool defer_pair(Node *r, int at_r, Node *s, Node *c, int at_c, Node *s2, 
   (void)hi;
   lifted_out(r, drop, lift, nl);
   lifted_out(c, drop2, lift2, nl);
+  ptrmap_put(&l->loops, r, 1), ptrmap_put(&l->loops, c, 1);
   ptrmap_free(&made);
   ptrmap_free(&made2);
   return true;
@@ -431,6 +416,13 @@ static void join_rows(Graph *g, const Lifted *l) {
   ptrmap_free(&to);
 }
 
+/* The stacked inputs of the loops lifted from that their bodies no longer read (the running sums the lifted adds
+ * read after the loop, zb's W's among them): dropped, a loop taking only what it reads (passes/pipe_split.c). */
+static void unread_xs(Graph *g, const Lifted *l) {
+  for (int i = 0; l->loops.count && i < g->nnodes; i++)
+    if (ptrmap_get(&l->loops, g->nodes[i], NULL)) ir_repeat_drop_unread_xs(g->nodes[i]);
+}
+
 /* The k-th asynchronous reduce-scatter of body b (body order), the one defer_graph pairs with a cut loop's k-th. */
 static Node *nth_scatter(const Graph *b, int k) {
   for (int i = 0; i < b->nnodes; i++)
@@ -466,8 +458,10 @@ static void defer_graph(Graph *g, int64_t *most) {
   if (l.moved.count) ir_replace_uses_map_deep(g, &l.moved);
   place_lifted(g, n0, &l);
   join_rows(g, &l);
+  unread_xs(g, &l);
   ptrmap_free(&l.moved);
   ptrmap_free(&l.rows);
+  ptrmap_free(&l.loops);
 }
 
 /* Whether a loop of g (nested too) of two iterations or more reduce-scatters asynchronously in its body:

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pipe_sched.h"
 #include "pipeline.h"
 
 /* m through every pass of the pipeline but `skip` (NULL: all), verified; NULL where one fails. */
@@ -91,4 +92,48 @@ Module *tb_compile_ref(Arena *a, Target target, const char *path, const FeDefine
   Module *m = tb_compile_pp(a, target, path, defs, ndefs, &one);
   if (!m) fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
   return m;
+}
+
+/* Whether v is read by a node of g or of a body nested in it, or is a result of one of them. */
+static bool read_deep(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == v) return true;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == v) return true;
+    if (n->body && read_deep(n->body, v)) return true;
+  }
+  return false;
+}
+
+static int zb_reads_in(const Module *m, const Graph *top, const Graph *g, const char *what) {
+  int fails = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *r = g->nodes[i];
+    if (r->op != OP_REPEAT) continue;
+    if (r->instr <= 0) {
+      fails += zb_reads_in(m, top, r->body, what);
+      continue;
+    }
+    char op = m->pipe->order[r->instr - 1].op;
+    for (int j = r->a.ncarry; op == 'W' && j < r->a.ncarry + r->a.nxs; j++)
+      if (!read_deep(r->body, r->body->args[j]->out[0])) {
+        fprintf(stderr, "FAIL %s: the W loop of instruction %d takes stacked input %d (%s), which its body does not read\n",
+                what, r->instr, j, r->in[j]->name ? r->in[j]->name : "-");
+        fails++;
+      }
+    for (int k = r->a.ncarry; op == 'F' && k < r->nout; k++)
+      if (!read_deep(top, r->out[k])) {
+        fprintf(stderr, "FAIL %s: the F loop of instruction %d yields stacked output %d, which nothing reads\n", what,
+                r->instr, k);
+        fails++;
+      }
+  }
+  return fails;
+}
+
+int tb_check_zb_reads(const Module *m, const char *what) {
+  if (!m->pipe || m->plan.schedule != SCHED_ZB) return 0;
+  return zb_reads_in(m, m->graph, m->graph, what);
 }

@@ -45,4 +45,10 @@ Module *tb_compile_pp(Arena *a, Target target, const char *path, const FeDefine 
 Module *tb_compile_ref(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int64_t batch,
                        const char *label);
 
+/* m under `schedule zb` (passes/pipe_split.c, passes/recompute.c): each W instruction's loop (Module.pipe's order)
+ * takes no stacked input its body (at any depth) does not read (one B alone reads is freed after B, not held to W),
+ * and each F instruction's loop yields no stacked output nothing reads. Prints a FAIL line per loop that does;
+ * returns their count (0 for a plan without zb). */
+int tb_check_zb_reads(const Module *m, const char *what);
+
 #endif

@@ -177,9 +177,14 @@ static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, cons
       wgemm += n->op == OP_MATMUL && n->a.ta;
     }
     if (m->zbw.layers > 0) { /* hold(N): the W over the stage's first rows recomputes, the one over its last N holds */
+      /* its rows' start in the stage's stacks (-1: uncut): a row slice its F and B loops read of the layers' weights
+       * (passes/recompute_split.c's rows_of; W reads no weight, and takes no input it does not read) */
       int64_t start = -1;
-      for (int j = 0; j < w->a.nxs; j++)
-        if (w->in[j]->def->op == OP_SLICE && w->in[j]->def->a.axis == 0) start = w->in[j]->def->a.start;
+      for (int j = 0; j < w->a.nxs; j++) {
+        const Node *d = w->in[j]->def;
+        for (int k = d->op == OP_REPEAT && d->a.ncarry > 0 ? d->a.ncarry : 0; k < d->a.ncarry + d->a.nxs; k++)
+          if (d->in[k]->def->op == OP_SLICE && d->in[k]->def->a.axis == 0) start = d->in[k]->def->a.start;
+      }
       lo_rerun += start == 0 && f > 0;
       hi_held += start > 0 && f == 0 && w->a.count == m->zbw.layers;
       whole += f == 0 && w->a.count <= m->zbw.layers && start <= 0; /* (a stage of N layers or fewer: all held) */
@@ -198,6 +203,7 @@ static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, cons
             fwd, rerun ? "some: zb_w recompute" : "0", wgemm);
     failures++;
   }
+  failures += tb_check_zb_reads(m, what); /* W takes only what it reads (passes/pipe_split.c) */
   free(sends);
   free(recvs);
 }

@@ -106,6 +106,7 @@ int main(void) {
     } else {
       failures += check_cut(pm, what);
       failures += check_unpack(pm, none, what);
+      failures += tb_check_zb_reads(pm, what); /* the cut W loops take only what they read (passes/pipe_split.c, zero_defer.c) */
       failures += tb_equiv_micro(ref, pm, &tok, &tgt, 4, label, what, TOL, true);
     }
     if (p == 0) { /* the check fails the plan compiled without zdefer (every scatter waited in its own iteration) */

@@ -73,6 +73,7 @@ int main(void) {
       failures++;
     } else {
       failures += tb_check_zero_late(pm, plans[p].want, what);
+      failures += tb_check_zb_reads(pm, what); /* W takes only what it reads (passes/pipe_split.c, zero_defer.c) */
       failures += tb_equiv_micro(ref, pm, &tok, &tgt, plans[p].M, label, what, TOL, true);
     }
     if (p == 0) { /* the check fails the plan compiled without the pass */
