@@ -128,6 +128,11 @@ static int dgelu_of(const Graph *g, int i, int at[2], bool placed) {
   if (gb->group && g->nodes[j - 1]->group == gb->group) return 0; /* inside a fusion group */
   const Value *pre = gb->in[0], *dh = gb->out[0];
   if (!ir_same_type(pre, y) || !ir_same_type(dh, y) || pre->host || dh->host) return 0;
+  /* the GEMM reads pre as it stores dh: pre must be made before it, not between it and GELU's backward (a zb B loop
+   * under recompute full recomputes the forward, pre among it, after the matmul of the incoming gradient: the GEMM
+   * read the bytes of the micro-batch before) */
+  for (int k = i + 1; k < j; k++)
+    if (g->nodes[k] == pre->def) return 0;
   if (placed && (!free_to_store(mm, pre, dh) || !placed_write_early(g, dh, i, NULL))) return 0;
   at[0] = j;
   int r = ir_next_computing(g, j);

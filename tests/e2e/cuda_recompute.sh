@@ -34,3 +34,17 @@ for r in selective full; do
   done
 done
 echo "cuda recompute (emulated device, tp 2 + sp, bf16): selective and full bit-identical to none over 2 steps"
+# pp 2 zero-bubble, f32, 2 micro-batches (tests/e2e/zb_dgelu.model: RMSNorm, GQA, a GELU MLP without biases): B
+# under recompute full re-runs each layer's forward after the GEMM of the incoming gradient, whose GELU-backward
+# epilogue (passes/epilogue.c) read the MLP's pre-activation before the recompute made it (the micro-batch before's
+# bytes; found by scripts/fuzz_runs.sh, seed 20400598; step 2's loss 5.46204567 for 5.46214676): full must equal
+# none, whose pre-activation is the forward's, saved
+for r in none full; do
+  "$shardc" build tests/e2e/zb_dgelu.model -D micro_batch=2 -D batch=4 -D dp=1 -D pp=2 -D schedule=zb \
+    -D recompute="$r" --world 2 --target cuda -o "$t/z_$r" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
+  SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -np 2 "$t/z_$r" --data "$t/data.txt" --steps 3 \
+    --eval-every 0 --val-batches 1 --log "$t/z$r.jsonl" >"$t/z$r.out" 2>&1 || { cat "$t/z$r.out"; fail "pp 2 zb recompute $r"; }
+done
+[ "$(losses "$t/znone.jsonl" | wc -l)" = 3 ] && [ "$(losses "$t/znone.jsonl")" = "$(losses "$t/zfull.jsonl")" ] || {
+  paste <(losses "$t/znone.jsonl") <(losses "$t/zfull.jsonl"); fail "pp 2 zb: recompute full's losses differ from none's"; }
+echo "cuda recompute (emulated device, pp 2 zb, f32): full bit-identical to none over 3 steps"
