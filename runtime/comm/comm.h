@@ -150,6 +150,8 @@ uint64_t rt_comm_mbox_count(const RtComm *c);
 uint64_t rt_comm_stream_count(const RtComm *c);
 /* How many collectives this comm has run by direct reads (for tests and reports). */
 uint64_t rt_comm_direct_count(const RtComm *c);
+/* Sends and receives this rank pulled from (or let be pulled by) a peer of its host (direct.c). */
+uint64_t rt_comm_p2p_pulled(const RtComm *c);
 /* How many collectives went node, nodes, node (the hierarchical path; for tests and reports). */
 uint64_t rt_comm_hier_count(const RtComm *c);
 /* How many of those all-reduced by rails (for tests and reports). */

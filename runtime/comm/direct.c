@@ -575,3 +575,4 @@ bool rt_comm_tune(RtComm *c, const char *name, size_t value) {
 }
 
 uint64_t rt_comm_direct_count(const RtComm *c) { return c->direct_count; }
+uint64_t rt_comm_p2p_pulled(const RtComm *c) { return c->p2p_pulled; }

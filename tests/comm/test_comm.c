@@ -646,6 +646,12 @@ static void mode_p2p_order(RtComm *c, int world) {
       for (size_t i = 0; p != me_rank && i < n; i++)
         bad += got[p][i] != (char)(p * 31 + i * 7 + k) || xr[p][i] != (char)(p * 17 + i * 3 + k);
     CHECK_RANK(me_rank, !bad, "p2p_order %zu bytes: %d bytes wrong", n, bad);
+    /* the path taken: SHARDRT_TEST_PULLED=1, the larger ones pulled by their receivers; 0, none */
+    const char *want = getenv("SHARDRT_TEST_PULLED");
+    uint64_t pulled = rt_comm_p2p_pulled(c);
+    if (want && k == sizeof sizes / sizeof sizes[0] - 1)
+      CHECK_RANK(me_rank, *want == '1' ? pulled > 0 : pulled == 0, "p2p_order: %llu sends and receives pulled, want %s",
+                 (unsigned long long)pulled, *want == '1' ? "some" : "none");
     for (int p = 0; p < world; p++) free(got[p]), free(xr[p]);
     free(got), free(xr), free(se), free(ex), free(early), free(xs);
   }
