@@ -384,11 +384,12 @@ static int64_t pack_order_into(const Interval *iv, int n, int how, int64_t *off,
 }
 
 int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *caller) {
-  int64_t *off = malloc(((size_t)n + 1) * sizeof *off);
-  if (!off) die("memplan: out of memory (%d intervals)", n);
+  Arena local; /* (a large set's offsets freed after; a small one's from the caller's arena, as many bodies pack) */
+  arena_init(&local);
+  int64_t *off = ARENA_ARRAY(n > PACK_LOCAL_ARENA ? &local : caller, int64_t, n + 1);
   int64_t size = pack_order_into(iv, n, how, off, caller);
   for (int i = 0; i < n; i++) iv[i].offset = off[i];
-  free(off);
+  arena_free(&local);
   return size;
 }
 
