@@ -177,7 +177,10 @@ void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64
   *inner = cg_prod(s, axis + 1, s->rank);
 }
 
-bool cg_runs(const Cg *c, const Graph *g, int i) { return g->parent || !c->need || c->need[i]; }
+bool cg_runs(const Cg *c, const Graph *g, int i) {
+  if (c->once && g == c->once->body) return c->body_need[i];
+  return g->parent || !c->need || c->need[i];
+}
 
 int cg_group_run(const Cg *c, const Node *n) {
   const Graph *g = n->graph;

@@ -69,6 +69,9 @@ typedef struct Cg {
   int next_tag;         /* id of the next asynchronous all-reduce */
   int pos;              /* position in its graph of the node being emitted */
   const bool *need;     /* the top graph's nodes the entry point being emitted runs (NULL: all) */
+  const Node *once;     /* the logits entry under gradient accumulation: the micro-step loop, run for its
+                           first micro-step only and of its body only the nodes body_need marks (emit.c) */
+  const bool *body_need;
   int indent;           /* of the lines cg_line writes, in steps of two spaces */
   bool ok;              /* false once a node was refused (cg_unsupported) */
   uint64_t *rstage;     /* [top graph value id]: the pipeline stages reading it (ir_reader_stages, a mask) */
@@ -161,7 +164,7 @@ void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64
  * a gap (eval and logits skip what they do not need) run together only if they read nothing an
  * earlier member of the group wrote, else one by one. 1 when n is in no group. */
 int cg_group_run(const Cg *c, const Node *n);
-/* Whether the entry point being emitted runs node i of g (a body: all of them). */
+/* Whether the entry point being emitted runs node i of g (a body: all of them, but Cg.once's). */
 bool cg_runs(const Cg *c, const Graph *g, int i);
 
 /* An elementwise node, as passes/fuse.c counts them: an F_EW op, a CONST or a BROADCAST_TO. */

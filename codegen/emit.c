@@ -47,11 +47,11 @@ static int before_group(const Graph *g, int pos);
  * the body before defer_wait, but on the loop's first iteration (nothing in flight yet), and the last
  * iteration's right after the loop, or, where the loop continues in its cont (Node.defer_last,
  * passes/memplan_defer.c), in cont's body before defer_last on its first iteration. */
-static void defer_waits(Cg *c, const Node *n) {
+static void defer_waits(Cg *c, const Node *n, const bool *need) {
   const Graph *b = n->body, *G = n->graph;
   for (int i = 0; i < b->nnodes; i++) {
     const Node *s = b->nodes[i];
-    if (!s->defer_wait) continue;
+    if (!s->defer_wait || (need && !need[i])) continue;
     int tag = c->next_tag++;
     ptrmap_put(&c->deferred, s, tag + 1);
     const char *first = arena_printf(c->a, "i%d != %" PRId64, cg_depth_of(b), n->a.reverse ? n->a.count - 1 : (int64_t)0);
@@ -69,18 +69,32 @@ static void defer_waits(Cg *c, const Node *n) {
   }
 }
 
+/* The micro-step loop in the logits entry (Cg.once): its first iteration, of its body only what the logits
+ * need (Cg.body_need); nothing it yields is kept. */
+static void emit_repeat_once(Cg *c, Node *n, int d) {
+  cg_line(c, "for (int64_t i%d = 0; i%d < 1; i%d++) { /* the first micro-step's forward, to the logits */", d, d, d);
+  c->indent++;
+  defer_waits(c, n, c->body_need);
+  emit_graph(c, n->body, c->body_need);
+  c->indent--;
+  cg_line(c, "}");
+}
+
 static void emit_repeat(Cg *c, Node *n) {
   Graph *b = n->body;
   int d = cg_depth_of(b);
   int nc = n->a.ncarry, nx = n->a.nxs;
   int mark = c->nargs;
+  bool once = n == c->once;
   cg_line(c, "{ /* repeat %s x%" PRId64 " */", n->a.name ? n->a.name : "", n->a.count);
   c->indent++;
-  for (int k = 0; k < nc; k++) cg_line(c, "char *c%d_%d = %s;", d, k, cg_ptr(c, n->in[k]));
+  for (int k = 0; k < nc && !once; k++) cg_line(c, "char *c%d_%d = %s;", d, k, cg_ptr(c, n->in[k]));
   for (int k = 0; k < b->nargs; k++) {
     Node *arg = b->args[k];
     const char *e;
-    if (k < nc)
+    if (k < nc && once) /* the first iteration's carry */
+      e = cg_ptr(c, n->in[k]);
+    else if (k < nc)
       e = arena_printf(c->a, "c%d_%d", d, k);
     else if (k < nc + nx && arg->a.next) /* the next iteration's row (ZeRO-3's prefetch) */
       e = arena_printf(c->a, "(%s + (i%d + %" PRId64 ") %% %" PRId64 " * %" PRId64 ")", cg_ptr(c, n->in[k]), d,
@@ -91,12 +105,19 @@ static void emit_repeat(Cg *c, Node *n) {
       e = cg_ptr(c, n->in[k]);
     bind_arg(c, arg, e);
   }
+  if (once) {
+    emit_repeat_once(c, n, d);
+    c->indent--;
+    cg_line(c, "}");
+    c->nargs = mark;
+    return;
+  }
   if (n->a.reverse)
     cg_line(c, "for (int64_t i%d = %" PRId64 "; i%d >= 0; i%d--) {", d, n->a.count - 1, d, d);
   else
     cg_line(c, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", d, d, n->a.count, d);
   c->indent++;
-  defer_waits(c, n);
+  defer_waits(c, n, NULL);
   emit_graph(c, b, NULL);
   for (int r = nc; r < b->nresults; r++) { /* ys not planned in place are copied into their slice */
     Value *y = b->results[r];
@@ -496,12 +517,10 @@ static void need_captures(const Graph *g, const Graph *b, int i, const PtrMap *p
   }
 }
 
-/* Marks the nodes of the top graph that `v` depends on. Linear: the nodes' positions and the
- * pipeline sends by transfer are looked up, not searched (an unrolled schedule has ~10^5 nodes). */
-static void need_closure(const Graph *g, const Value *v, bool *need) {
-  int i = g->nnodes - 1;
-  while (i >= 0 && g->nodes[i] != v->def) i--;
-  if (i < 0) return;
+/* Marks, besides the nodes of top graph g already marked, what they depend on (those at positions up to i).
+ * Linear: the nodes' positions and the pipeline sends by transfer are looked up, not searched (an unrolled
+ * schedule has ~10^5 nodes). */
+static void need_close(const Graph *g, int i, bool *need) {
   PtrMap pos = {0}, seen = {0}; /* node -> 1 + its position; the bodies whose reads are marked */
   SendKey *sends = calloc((size_t)g->nnodes + 1, sizeof *sends);
   int nsends = 0;
@@ -512,7 +531,6 @@ static void need_closure(const Graph *g, const Value *v, bool *need) {
     if (s->op == OP_SEND && s->stage) sends[nsends++] = (SendKey){send_key(s->a.tag, s->a.mesh_axis, s->stage - 1), k};
   }
   qsort(sends, (size_t)nsends, sizeof *sends, send_key_cmp);
-  need[i] = true;
   for (; i >= 0; i--) {
     if (!need[i]) continue;
     Node *n = g->nodes[i];
@@ -542,6 +560,32 @@ static void need_closure(const Graph *g, const Value *v, bool *need) {
   ptrmap_free(&pos);
   ptrmap_free(&seen);
   free(sends);
+}
+
+/* Marks the nodes of graph g (the top graph, or a region body) that `v` depends on. */
+static void need_closure(const Graph *g, const Value *v, bool *need) {
+  int i = g->nnodes - 1;
+  while (i >= 0 && g->nodes[i] != v->def) i--;
+  if (i < 0) return;
+  need[i] = true;
+  need_close(g, i, need);
+}
+
+/* Marks the nodes of top graph g that body b reads (of the micro-step loop `acc`, directly: only its nodes
+ * bneed marks; else a body inside it, all): its ARGs' inputs of acc, and what it reads of g directly. */
+static void need_reads(const Graph *g, const Node *acc, const Graph *b, const bool *bneed, const PtrMap *pos, bool *need) {
+  for (int k = 0; k <= b->nnodes; k++) {
+    const Node *n = k < b->nnodes ? b->nodes[k] : NULL;
+    if (n && bneed && !bneed[k]) continue;
+    int nv = n ? n->nin : bneed ? 0 : b->nresults;
+    for (int j = 0; j < nv; j++) {
+      const Value *x = n ? n->in[j] : b->results[j];
+      if (x->def->op == OP_ARG && x->def->graph == acc->body) x = acc->in[x->def->a.index];
+      intptr_t at;
+      if (x->def->graph == g && ptrmap_get(pos, x->def, &at)) need[at - 1] = true;
+    }
+    if (n && n->body) need_reads(g, acc, n->body, NULL, pos, need);
+  }
 }
 
 /* Whether the graph (or a region body) has an op of the multi-rank runtime (coll.h). */
@@ -576,15 +620,17 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     arena_free(&a);
     return false;
   }
-  /* the logits: the first input of the cross_entropy (or, vocab-parallel, of the ce_max) that makes the loss */
-  /* (under gradient accumulation it lies in the micro-step loop: the vocabulary is read there, and
-   * the program has no logits entry, so no sampling) */
+  /* the logits: the first input of the cross_entropy (or, vocab-parallel, of the ce_max) that makes the loss;
+   * under gradient accumulation the first micro-step's, in the micro-step loop (the logits entry runs that
+   * loop once, its body up to the logits: Cg.once), or, the loop run for no micro-step, the one peeled after it */
   Value *logits = NULL;
   int64_t V = 0, vocab = 0;
-  const Graph *lg = g;
+  Node *acc = NULL;
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->op == OP_REPEAT && g->nodes[i]->a.name && strcmp(g->nodes[i]->a.name, "accum") == 0)
-      lg = g->nodes[i]->body;
+      acc = g->nodes[i];
+  if (acc && (acc->a.count < 1 || acc->a.reverse)) acc = NULL;
+  const Graph *lg = acc ? acc->body : g;
   for (int i = 0; i < lg->nnodes && !logits; i++) {
     Node *n = lg->nodes[i];
     if (n->op != OP_CROSS_ENTROPY && n->op != OP_CE_MAX) continue;
@@ -593,7 +639,8 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     if (n->op == OP_CE_MAX && n->a.sharded && m->mesh) V *= m->mesh->dim[n->a.mesh_axis];
     vocab = n->a.len > 0 ? n->a.len : V;
   }
-  if (lg != g || (m->mesh && m->mesh->dim[RT_AX_PP] > 1)) logits = NULL; /* pipelined: the last stage's, per micro-batch */
+  if (m->mesh && m->mesh->dim[RT_AX_PP] > 1) logits = NULL; /* pipelined: the last stage's, per micro-batch */
+  if (!logits) acc = NULL;
   const MeshMap *mesh = m->mesh;
   bool multi = uses_multi_rank(g) || (mesh && mesh->world > 1);
 
@@ -638,10 +685,24 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(c.f, "}\n\n");
 
   memset(need, 0, sizeof(bool) * (size_t)g->nnodes);
-  if (logits) need_closure(g, logits, need);
+  if (acc) { /* what the micro-step loop reads, and in its body what the logits need */
+    bool *body_need = ARENA_ARRAY(&a, bool, acc->body->nnodes + 1);
+    need_closure(acc->body, logits, body_need);
+    PtrMap pos = {0}; /* top node -> 1 + its position */
+    for (int k = 0; k < g->nnodes; k++) ptrmap_put(&pos, g->nodes[k], k + 1);
+    need_reads(g, acc, acc->body, body_need, &pos, need);
+    ptrmap_free(&pos);
+    int at = position_of(g, acc);
+    need_close(g, at - 1, need);
+    need[at] = true;
+    c.once = acc;
+    c.body_need = body_need;
+  } else if (logits)
+    need_closure(g, logits, need);
   fprintf(c.f, "static void logits(char *M, RtCtx *ctx) {\n  (void)ctx;\n%s", host_base);
   if (logits) emit_graph(&c, g, need);
   end_entry(&c, async);
+  c.once = NULL;
   fprintf(c.f, "}\n\n");
   fclose(c.f);
   c.f = f;
