@@ -6,7 +6,8 @@
  * loop whose body reads its per-layer slices at offset + i * stride. Collectives are calls
  * of runtime/ops/coll.h, the same on every target. Three entry points share the plan: step
  * (everything), eval (what the loss needs) and logits (what the logits need), each a
- * subsequence of the same node order, so the same placements stay valid.
+ * subsequence of the same node order, so the same placements stay valid (logits under gradient
+ * accumulation: the micro-step loop's first iteration, of its body what the logits need).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -622,7 +623,9 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   }
   /* the logits: the first input of the cross_entropy (or, vocab-parallel, of the ce_max) that makes the loss;
    * under gradient accumulation the first micro-step's, in the micro-step loop (the logits entry runs that
-   * loop once, its body up to the logits: Cg.once), or, the loop run for no micro-step, the one peeled after it */
+   * loop once, its body up to the logits: Cg.once), or, the loop run for no micro-step, the one peeled after it;
+   * pipelined, the first in the schedule's order, on the last stage (the entry runs the stages' forward of it, with their
+   * transfers: need_close; the logits tensor names the stage, sampling gathers them over pp from it) */
   Value *logits = NULL;
   int64_t V = 0, vocab = 0;
   Node *acc = NULL;
@@ -639,7 +642,6 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     if (n->op == OP_CE_MAX && n->a.sharded && m->mesh) V *= m->mesh->dim[n->a.mesh_axis];
     vocab = n->a.len > 0 ? n->a.len : V;
   }
-  if (m->mesh && m->mesh->dim[RT_AX_PP] > 1) logits = NULL; /* pipelined: the last stage's, per micro-batch */
   if (!logits) acc = NULL;
   const MeshMap *mesh = m->mesh;
   bool multi = uses_multi_rank(g) || (mesh && mesh->world > 1);

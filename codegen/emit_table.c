@@ -57,12 +57,12 @@ static uint64_t held_on(const Cg *c, const Value *v, const char *name) {
 }
 
 /* One RtTensor initializer, then `end` (",\n" in the table). */
-/* copy_of: a persistent bf16 copy's parameter's index in the table (RT_T_COPY), else -1 */
+/* copy_of: a persistent bf16 copy's parameter's index in the table (RT_T_COPY), else -1; st: the pipeline
+ * stages holding it (held_on; the logits: the stage computing them), 0: every stage */
 static void emit_tensor_end(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked,
-                            int copy_of, const char *end) {
+                            int copy_of, uint64_t st, const char *end) {
   fprintf(c->f, "  {%s, %s, %d, %d, {", cg_cstr(c, name), kind, (int)v->dtype, v->shape.rank);
   for (int i = 0; i < v->shape.rank; i++) fprintf(c->f, "%s%" PRId64, i ? ", " : "", v->shape.dim[i]);
-  uint64_t st = held_on(c, v, name);
   fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g%s%s%s%s}%s", v->offset, stacked, src ? (int)src->a.init : 0,
           src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0, shard_init(c, v), v->host ? ", .host = 1" : "",
           st ? arena_printf(c->a, ", .stages = 0x%llxull", (unsigned long long)st) : "",
@@ -70,7 +70,7 @@ static void emit_tensor_end(Cg *c, const Value *v, const char *name, const char 
 }
 
 static void emit_tensor(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked) {
-  emit_tensor_end(c, v, name, kind, src, stacked, -1, ",\n");
+  emit_tensor_end(c, v, name, kind, src, stacked, -1, held_on(c, v, name), ",\n");
 }
 
 /* A PARAM is stacked when it feeds a REPEAT as one of its xs. */
@@ -149,7 +149,7 @@ int cg_emit_tensor_table(Cg *c, const Value *logits) {
       for (int k = 0; k < ntensors; k++)
         if (params[k] && strcmp(params[k], ir_copy_source(n->a.name)) == 0) of = k;
       if (of < 0) die("emit: the copy %s before its parameter in the table", n->a.name);
-      emit_tensor_end(c, n->out[0], n->a.name, "RT_T_COPY", NULL, false, of, ",\n");
+      emit_tensor_end(c, n->out[0], n->a.name, "RT_T_COPY", NULL, false, of, held_on(c, n->out[0], n->a.name), ",\n");
     }
     else if (n->op == OP_STATE) emit_tensor(c, n->out[0], n->a.name, "RT_T_STATE", NULL, false);
     else if (n->op == OP_INPUT) {
@@ -174,9 +174,11 @@ int cg_emit_tensor_table(Cg *c, const Value *logits) {
   }
   fprintf(f, "};\n\n");
   if (logits) {
+    /* (a pipeline's: on the stage computing them, gathered over pp from it too) */
     fprintf(f, "/* the logits the logits() entry leaves, with their sharding (sampling gathers them) */\n");
     fprintf(f, "static const RtTensor logits_tensor =\n");
-    emit_tensor_end(c, logits, "logits", "RT_T_RESULT", NULL, false, -1, ";\n\n");
+    uint64_t st = logits->def->graph == c->m->graph ? ir_node_stages(logits->def) : 0;
+    emit_tensor_end(c, logits, "logits", "RT_T_RESULT", NULL, false, -1, st, ";\n\n");
   }
   return ntensors;
 }

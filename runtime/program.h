@@ -106,7 +106,8 @@ typedef struct {
   double flops_per_token;   /* training FLOPs (forward + backward) per token */
   int ntensors;
   const RtTensor *tensors;  /* params, states, inputs ("tokens", "targets", "lr", "step"), results ("loss", "grad_norm", "grad:*") */
-  int64_t logits_offset;    /* bytes: f32 [batch, seq, vocab_padded] after `logits` runs */
+  int64_t logits_offset;    /* bytes: f32 [rows, seq, vocab_padded] after `logits` runs (rows: batch, or one micro-batch's
+                               under accumulation or a pipeline: its logits entry runs one micro-batch's forward); -1: none */
   const RtTensor *logits_tensor; /* multi-rank: the logits' local dims and sharding (NULL: as above) */
   RtRecipe recipe;
   void (*step)(char *mem, RtCtx *ctx);   /* forward, backward and update; reads the inputs, writes "loss" and updates state */

@@ -34,14 +34,16 @@ double rt_run_evaluate(RtRun *r) {
 
 /* Samples from the logits at row 0, position len-1 of a window of the last T tokens. Every rank
  * runs the logits function (its collectives need them all); a multi-rank program's logits are
- * gathered to the logical [batch, seq, vocab] (vocab-parallel logits are split over tp), and rank
- * 0's choice is broadcast so every rank feeds the same next window. */
+ * gathered to the logical [batch, seq, vocab] (vocab-parallel logits are split over tp; a pipeline's
+ * are on the stage computing them, logits_tensor.stages, and gathered over pp from it), and rank
+ * 0's choice is broadcast so every rank feeds the same next window. Under gradient accumulation
+ * or a pipeline the logits entry runs one micro-batch's forward: the logits' rows are a micro-batch's
+ * (every row of the window the same, row 0 read). */
 void rt_run_sample_check(const RtRun *r) {
   const RtProgram *p = r->p;
   if (!p->logits) rt_user_error("--sample: this program has no logits function");
   if (p->logits_offset < 0)
-    rt_user_error("--sample: this program has no logits to sample from (under gradient accumulation the forward "
-                  "runs inside the micro-step loop); build it with batch = micro_batch x dp to sample");
+    rt_user_error("--sample: this program has no logits to sample from (its loss is not a cross-entropy of logits)");
   if (r->multi && !p->logits_tensor)
     rt_user_error("--sample: this program does not describe its logits' layout; recompile it");
 }

@@ -201,7 +201,7 @@ int64_t rt_run_val_held(const RtRun *r);
 double rt_run_evaluate(RtRun *r);
 /* --sample: generates o.sample tokens; rank 0 prints them. */
 void rt_run_sample(RtRun *r);
-/* --sample's program requirements (logits outside an accumulation loop, their layout), checked at
+/* --sample's program requirements (a logits entry and logits, their layout), checked at
  * the start so that a run is not refused after its training. */
 void rt_run_sample_check(const RtRun *r);
 

@@ -403,7 +403,7 @@ static void test_errors(void) {
   free(b);
   free(p);
 
-  /* --sample a program cannot serve (no logits outside an accumulation loop) is refused at the
+  /* --sample a program cannot serve (no logits: its loss is not a cross-entropy) is refused at the
    * start, not after the training */
   int64_t lo = prog.logits_offset;
   prog.logits_offset = -1;
