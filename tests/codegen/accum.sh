@@ -8,9 +8,9 @@
 # its backward overlaps the gradient all-reduce (passes/peel.c): 20 AdamW steps give the reference's
 # loss curve within lib.sh's 1e-5 (the micro-steps change only the order of fp32 sums, as the
 # layouts do: layouts.sh). The trainer reads each rank's rows of the global batch and logs the
-# global batch; --batch is the global batch; a checkpoint resumes bit-identically; sampling is refused
-# with a clear error. The CUDA target
-# runs it on the emulated device too.
+# global batch; --batch is the global batch; a checkpoint resumes bit-identically; --sample from the
+# reference's weights gives the reference's tokens (1 rank, dp 2, dp 2 x tp 2 zero 3, zero 2, cp 2 with
+# full recompute). The CUDA target runs it on the emulated device too (and samples its big batch's tokens).
 set -euo pipefail
 shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
@@ -67,8 +67,20 @@ compare "zero 3 dp 2 x tp 2, accum 2" "$t/z3dp2tp2acc2.jsonl" "$t/one.jsonl"
 compare "zero 2 dp 2, accum 2" "$t/z2dp2acc2.jsonl" "$t/one.jsonl"
 if "$t/acc2" "${run[@]}" --batch 4 >"$t/bad.out" 2>&1; then echo "FAIL: --batch 4 accepted"; exit 1; fi
 grep -q -- '--batch 4: this program was compiled for' "$t/bad.out" || { echo "FAIL: --batch error"; cat "$t/bad.out"; exit 1; }
-if "$t/acc2" "${run[@]}" --steps 1 --sample 4 >"$t/sample.out" 2>&1; then echo "FAIL: --sample accepted"; exit 1; fi
-grep -q 'no logits to sample from' "$t/sample.out" || { echo "FAIL: --sample error"; cat "$t/sample.out"; exit 1; }
+# --sample: the logits entry runs the first micro-step's forward (codegen/emit.c, Cg.once; peeled under dp):
+# from the reference's step-20 weights every layout samples the reference's tokens (temperature 0.5,
+# the recipe's seed), which an untrained model's are not
+"$shardc" build "${m[@]}" -D micro_batch=2 -D dp=1 -D cp=2 -D tp=1 -D recompute=full --world 2 -o "$t/cp2rcacc2"
+ck=(--init-from "$t/ck_one/step_00000020")
+"$t/one" "${samp[@]}" --threads 2 >"$t/s_init.out"
+"$t/one" "${samp[@]}" --threads 2 "${ck[@]}" >"$t/s_one.out"
+[ "$(sample_of "$t/s_init.out")" != "$(sample_of "$t/s_one.out")" ] || { echo "FAIL: the untrained model's sample"; exit 1; }
+"$t/acc2" "${samp[@]}" --threads 2 "${ck[@]}" >"$t/s_acc2.out"
+same_sample "sample: 1 rank, accum 2" "$t/s_acc2.out" "$t/s_one.out"
+for c in dp2acc2:2 z3dp2tp2acc2:4 z2dp2acc2:2 cp2rcacc2:2; do
+  "${mpi[@]}" -np "${c#*:}" "$t/${c%%:*}" "${samp[@]}" "${ck[@]}" >"$t/s_${c%%:*}.out"
+  same_sample "sample: ${c%%:*}" "$t/s_${c%%:*}.out" "$t/s_one.out"
+done
 # the CUDA target on the emulated device: 2 micro-steps against its own big batch, 3 steps (the
 # emulation is slow), within the same 1e-5
 cm=(models/tiny.model -D seq=32 -D batch=8 -D d=32 -D layers=1 --world 1 --target cuda)
@@ -78,6 +90,9 @@ for n in cu1 cu2; do
   SHARDRT_DEVICE=emu "$t/$n" --data "$t/data.txt" --steps 3 --eval-every 0 --val-batches 1 --log "$t/$n.jsonl" \
     --save-to "$t/ck_$n" >/dev/null
 done
+SHARDRT_DEVICE=emu "$t/cu1" "${samp[@]}" --init-from "$t/ck_cu1/step_00000003" >"$t/s_cu1.out"
+SHARDRT_DEVICE=emu "$t/cu2" "${samp[@]}" --init-from "$t/ck_cu1/step_00000003" >"$t/s_cu2.out"
+same_sample "sample: cuda emu, accum 2" "$t/s_cu2.out" "$t/s_cu1.out"
 paste <(losses "$t/cu1.jsonl") <(losses "$t/cu2.jsonl") | awk '
   { n++; d = $2 - $1; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; if (r > 1e-5) bad++ }
   END { printf "%-28s worst |rel| loss difference vs its big batch over %d steps: %.2e\n", "cuda emu, accum 2", n, w

@@ -35,3 +35,16 @@ resume_on_one() {
     printf "resume %s step 10 -> 1 rank: step 11 loss %s vs %s uninterrupted (|rel| %.1e)\n", name, a, b, d / b;
     exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: a $1 checkpoint resumed on one rank"; exit 1; }
 }
+# sample_of OUT: the sample a trainer printed to OUT (what follows its "sample (" header, the last thing
+# it prints: the prompt's lines and the tokens')
+sample_of() { sed -n '/^sample (/,$p' "$1" | tail -n +2; }
+# same_sample NAME OUT REF: OUT's sample is REF's, token for token (the same weights and seed: --init-from
+# one checkpoint, $samp)
+samp=(--data "$t/data.txt" --steps 0 --val-batches 1 --sample 24 --temperature 0.5)
+same_sample() {
+  local a b
+  a=$(sample_of "$2")
+  b=$(sample_of "$3")
+  [ -n "$b" ] && [ "$a" = "$b" ] || { printf "FAIL %s: sample\n%s\nthe reference's:\n%s\n" "$1" "$a" "$b"; exit 1; }
+  printf "%-28s the reference's sample (%d bytes)\n" "$1" "${#a}"
+}
