@@ -22,6 +22,8 @@
 #   parameters outside the layers are held on the stages reading them only: a pp4 checkpoint
 #   (sharded and logical) resumes on one rank and under pp2, a one-rank one under pp4. A parameter
 #   outside the layers that every layer reads (pp_shared.model's `gate`): pp4 against its one rank.
+#   --sample from the single rank's weights gives its tokens under pp2, pp4 zb, pp2 x dp2 ZeRO-3, pp2 x tp2,
+#   pp2 interleaved, pp2 x dp2 ZeRO-2 full recompute and the Llama-shaped pp2 x tp2 sp (vocab-parallel).
 #
 # Tolerance: |loss - loss_1rank| <= 1e-5 * |loss_1rank| at every step (lib.sh's, justified in
 # layouts.sh): micro-batches add their gradients in another order than one big batch, and the
@@ -53,7 +55,7 @@ m=(models/tiny.model -D seq=64 -D layers=4 -D batch=8)
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=1 -D pp=4 --world 4 -o "$t/pp4" 2>/dev/null
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D pp=2 --world 4 -o "$t/pp2dp2" 2>/dev/null
 "$shardc" build "${m[@]}" -D micro_batch=4 -D dp=1 -D tp=2 -D pp=2 --world 4 -o "$t/pp2tp2" 2>/dev/null
-"$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" >/dev/null
+"$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" --save-to "$t/ck_one" >/dev/null
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=1 -D pp=2 -D schedule=interleaved --world 2 -o "$t/pp2int" 2>/dev/null
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=1 -D pp=4 -D schedule=zb --world 4 -o "$t/pp4zb" 2>/dev/null
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D pp=2 -D zero=2 -D recompute=full --world 4 -o "$t/pp2dp2z2rc" 2>/dev/null
@@ -93,9 +95,20 @@ l=(models/llama3-8b.model -D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=
    -D batch=4 -D zero=0 -D recompute=none -D precision=f32)
 "$shardc" build "${l[@]}" -D micro_batch=4 -D dp=1 -D tp=1 -D sp=off --world 1 -o "$t/lone" 2>/dev/null
 "$shardc" build "${l[@]}" -D micro_batch=2 -D dp=1 -D tp=2 -D sp=on -D pp=2 --world 4 -o "$t/lpp2tp2" 2>/dev/null
-"$t/lone" "${run[@]}" --threads 2 --log "$t/lone.jsonl" >/dev/null
+"$t/lone" "${run[@]}" --threads 2 --log "$t/lone.jsonl" --save-to "$t/ck_lone" >/dev/null
 "${mpi[@]}" -np 4 "$t/lpp2tp2" "${run[@]}" --log "$t/lpp2tp2.jsonl" >/dev/null
 compare "llama pp2tp2 sp" "$t/lpp2tp2.jsonl" "$t/lone.jsonl"
+# --sample: the logits entry runs the stages' forward of one micro-batch (the logits on the last stage,
+# gathered over pp from it: codegen/emit.c, logits_tensor.stages); from the single rank's step-20
+# weights each schedule samples its tokens (temperature 0.5, the recipe's seed)
+"$t/one" "${samp[@]}" --threads 2 --init-from "$t/ck_one/step_00000020" >"$t/s_one.out"
+for c in pp2:2 pp4zb:4 pp2dp2z3:4 pp2tp2:4 pp2int:2 pp2dp2z2rc:4; do
+  "${mpi[@]}" -np "${c#*:}" "$t/${c%%:*}" "${samp[@]}" --init-from "$t/ck_one/step_00000020" >"$t/s_${c%%:*}.out"
+  same_sample "sample: ${c%%:*}" "$t/s_${c%%:*}.out" "$t/s_one.out"
+done
+"$t/lone" "${samp[@]}" --threads 2 --init-from "$t/ck_lone/step_00000020" >"$t/s_lone.out"
+"${mpi[@]}" -np 4 "$t/lpp2tp2" "${samp[@]}" --init-from "$t/ck_lone/step_00000020" >"$t/s_lpp2tp2.out"
+same_sample "sample: llama pp2tp2 sp" "$t/s_lpp2tp2.out" "$t/s_lone.out"
 # zb x dp2 under ZeRO-2 with a 64 KiB bucket (the untied embedding's gradient scattered alone): its
 # scatter issued after stage 0's W loop (passes/zero_late.c: the IR after zlate is not the one before it)
 lz=("${l[@]}" -D micro_batch=1 -D dp=2 -D tp=1 -D sp=off -D pp=2 -D zero=2 -D schedule=zb -D bucket=64KiB --world 4)
