@@ -2,6 +2,7 @@
 # A multi-rank CUDA program equals the CPU target's trainer of the same plan (labels cuda, mpi).
 #
 #   cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|tp2|tp2sp|bf16|accum|accumbf16
+#   (accum, pp2, pp4, pp2dp2z2, pp2ileave: --sample from the CPU program's step-2 weights gives its tokens)
 #   cuda_multirank.sh SHARDC ST_CLOSE nogpu    on a machine without a GPU, the tp2 program launched
 #                                              on 2 ranks without SHARDRT_DEVICE=emu stops with the
 #                                              no-GPU message (mpirun ends the other rank when the
@@ -256,4 +257,16 @@ printf "%-6s %-9s " "$what" "model:"
 printf "%-6s %-9s " "$what" "optimizer:"
 "$st_close" "$t/ck_cpu/$ck2/optimizer.safetensors" "$t/ck_cuda/$ck2/optimizer.safetensors" "$tol_opt" ||
   fail "$what: optimizer state differs"
+case $what in accum|pp2|pp4|pp2dp2z2|pp2ileave) # --sample (f32): the CUDA program's logits entry (the first micro-step's
+  # forward; a pipeline's stages' forward of one micro-batch) samples the CPU program's tokens from its weights
+  samp=(--data "$t/data.txt" --steps 0 --val-batches 1 --sample 16 --temperature 0.5 --init-from "$t/ck_cpu/$ck2")
+  "${mpi[@]}" -np "$np" "$t/cpu" "${samp[@]}" >"$t/s_cpu.out"
+  SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -x SHARDRT_CUBIN_CACHE -np "$np" "$t/cuda" "${samp[@]}" >"$t/s_cuda.out"
+  a=$(sed -n '/^sample (/,$p' "$t/s_cuda.out") b=$(sed -n '/^sample (/,$p' "$t/s_cpu.out")
+  [ -n "$b" ] && [ "$a" = "$b" ] || fail "$what: the CUDA program's sample:
+$a
+the CPU program's:
+$b"
+  echo "$what: the CUDA program samples the CPU program's tokens" ;;
+esac
 echo "cuda multi-rank ($what): ok"
