@@ -518,7 +518,7 @@ static void need_captures(const Graph *g, const Graph *b, int i, const PtrMap *p
   }
 }
 
-/* Marks, besides the nodes of top graph g already marked, what they depend on (those at positions up to i).
+/* Marks, besides the nodes of graph g already marked, what they depend on (those at positions up to i).
  * Linear: the nodes' positions and the pipeline sends by transfer are looked up, not searched (an unrolled
  * schedule has ~10^5 nodes). */
 static void need_close(const Graph *g, int i, bool *need) {
