@@ -40,6 +40,7 @@ resume_on_one() {
 sample_of() { sed -n '/^sample (/,$p' "$1" | tail -n +2; }
 # same_sample NAME OUT REF: OUT's sample is REF's, token for token (the same weights and seed: --init-from
 # one checkpoint, $samp)
+# shellcheck disable=SC2034 # (read by the scripts that source this)
 samp=(--data "$t/data.txt" --steps 0 --val-batches 1 --sample 24 --temperature 0.5)
 same_sample() {
   local a b
