@@ -336,6 +336,27 @@ double sel_act_units(const PlanModel *pm, int cp) {
   return u;
 }
 
+/* No recompute's activations a layer keeps per token and rank (hidden states, before tp): what every GEMM's backward
+ * reads, from the layer's ops as sel_act_units: the hidden states outside the GEMMs (4: the layer's input, its two
+ * norms' outputs, the residual between), each GEMM's output that is not row-parallel (its output features over
+ * d: the attention's Q, K and V, the MLP's first GEMMs), and each row-parallel GEMM's input (its input features
+ * over d: the attention's output, the MLP's activation). GPT-2 4 + (3 + 4) + (1 + 4) = 16; Llama-3-8B 4 + (1 + 2
+ * x 0.25 + 2 x 3.5) + (1 + 3.5) = 17: its gated MLP keeps the gate's and the up projection's outputs and their
+ * product, the last GEMM's input (compiled, `shardc plan models/llama3-8b.model --target cuda --world 1 -D dp=1
+ * -D tp=1 -D pp=1 -D zero=0 -D micro_batch=1 -D recompute=none -D layers=2..4`: 1089 MiB a layer of 64, 17.0; the
+ * forward's stacked outputs: x, the norms' outputs, the residual, rope's Q and K, V, attention's output, the gate's,
+ * the up projection's and their product, and attention's f32 row statistics, 1 / 64). Not found: 16. */
+double none_act_units(const PlanModel *pm) {
+  if (pm->nlt <= 0 || pm->d <= 0) return 16;
+  double u = 4;
+  for (int i = 0; i < pm->nlt; i++) {
+    const PlanLayerTensor *t = &pm->lt[i];
+    if (!t->mat || t->out <= 0) continue;
+    u += t->early || t->out != pm->d ? t->out / pm->d : t->numel / t->out / pm->d;
+  }
+  return u;
+}
+
 /* zb: what B hands W a layer (passes/pipe_split.c's hand-off: the values W's weight gradients read from B),
  * in hidden states per token on a rank: each weight GEMM's output gradient, a column-parallel one's split by
  * tp (its output features / tp: the QKV, the MLP's first GEMMs), a row-parallel one's whole (its output the
