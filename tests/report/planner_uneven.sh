@@ -266,6 +266,19 @@ for rc in selective full; do
   echo "llama3-8b dp 256 tp 2+sp pp 4 zb z2 rc $rc: analytic / compiled memory $rm, step $rs"
   within "$rm" 0.98 1.04 || bad "llama3-8b dp 256 pp 4 zb z2 rc $rc: analytic memory ${rm:-?} x the compiled, not within 0.98-1.04 (a micro-batch's whole activations held until W?)"
 done
+#    and the balanced split of Llama-3-8B dp 256 tp 2+sp pp 4 zb z3 (docs/planner.md, "The balance's figures as the
+#    stage pass has them"): the model's split is the compile's, [8, 8, 9, 7] (the model's was [8, 9, 9, 6] under rc
+#    full and none: its balance priced the head's activations in f32 over a layer's with the recompute, 9 layers'
+#    worth where compiled 1.6, and its head's time with ZeRO-3's gathers, 2.25 layers where compiled 1.61)
+for rc in full none; do
+  out=$("$shardc" plan models/llama3-8b.model --target cuda --topology models/topo/dgx-h100-x256.topo --world 2048 -D batch=4096 \
+    -D dp=256 -D tp=2 -D sp=on -D pp=4 -D pp_layers=even -D cp=1 -D micro_batch=1 -D schedule=zb -D zero=3 -D recompute=$rc \
+    --search --confirm 2 --top 2 2>&1) || { bad "llama3-8b pp 4 bal zb z3 rc $rc: the search failed: $out"; continue; }
+  cs=$(echo "$out" | sed -n 's/^# row 1.s stages: `pp 4 layers(balanced)` (-D pp=4 -D pp_layers=balanced) compiled to layers \[\(.*\)\]$/\1/p')
+  ms=$(echo "$out" | sed -n 's/^# row 1.s stages by the analytic model: \[\(.*\)\]$/\1/p')
+  echo "llama3-8b dp 256 tp 2+sp pp 4 bal zb z3 rc $rc: compiled [$cs], the model's [$ms]"
+  [ -n "$cs" ] && [ "$cs" = "$ms" ] || bad "llama3-8b pp 4 bal zb z3 rc $rc: the model's split [$ms] is not the compiled [$cs]"
+done
 #    and pp 1's loop where ZeRO-3's scatters are coalesced, timed coalesced (its copies in the iteration): Llama-3-8B
 #    dp 2048 tp 1 z3 rc none mb 2, 2.32 x the compiled before (each scatter's 2047 latency steps), 0.92
 read -r rm rs < <(ratios "dp 2048 tp 1 z3 rc none mb 2" models/llama3-8b.model --target cuda --topology models/topo/dgx-h100-x256.topo \
