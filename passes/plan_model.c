@@ -360,10 +360,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0);
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
-  double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP
-              : r == RECOMPUTE_SELECTIVE                ? sel_act_units(pm, c->cp)
-              : r == RECOMPUTE_NONE                     ? none_act_units(pm)
-                                                        : act_units[r];
+  double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : r == RECOMPUTE_SELECTIVE ? sel_act_units(pm, c->cp)
+              : r == RECOMPUTE_NONE ? none_act_units(pm) : act_units[r];
   double per_layer = unit * (c->sp || tp == 1 ? au / tp : au / tp + act_rep_units[r] * (1 - 1 / tp));
   double none_l = unit * (c->sp || tp == 1 ? none_act_units(pm) / tp /* (rc none's: what a layer's backward reads) */
                                           : none_act_units(pm) / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
@@ -559,8 +557,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
                              [PK_MERGE] = merge, [PK_LAT] = pl->latency_s,
                              [PK_RECV] = pl->bytes_per_s > 0 ? unit / (c->sp ? tp : 1) * share / pl->bytes_per_s : 0};
       e->bal_f = tf / per, e->bal_b = (tb + tw) / per;
-      /* (the ends' times as the stage pass's balance has them: before the zero pass, without ZeRO-3's edges: with
-       * them Llama-3-8B tp 2+sp pp 4 zb z3 rc none's head was 2.25 layers, compiled 1.61, the split [8, 9, 9, 6]) */
+      /* (the ends' times as the stage pass's balance has them, without ZeRO-3's edges: balance_figures) */
       e->bal_f0 = raw[PK_F0] - ze[0], e->bal_b0 = raw[PK_B0] - ze[1], e->bal_fl = raw[PK_FL] - ze[2];
       for (int i = 0; i < PP_KEYS; i++) lkey0[i] = pp_round(raw[i] / tf);
       if (n) { /* the first and the last stage hold their own layers, the others the slowest's */
@@ -573,11 +570,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     }
     e->zb_b = key[PK_B], e->zb_w = key[PK_W];
     memcpy(e->pp_key, key, sizeof key);
-    /* the balance's memory figures (plan_model_balance) as the stage pass's balance has them (pipe_kept_bytes: the
-     * forward's values the backward reads, before the recompute pass): a layer's rc none activations, the head's
-     * logits at the compute precision and the final norm's output (Llama-3-8B tp 2+sp pp 4 zb rc full: compiled 1034
-     * MiB over a layer's 656; with this recompute's 7.5 units and the f32 logits, 9 layers' worth over 1, the model
-     * took the layer off the last stage, [8, 9, 9, 6], where the compile's [8, 8, 9, 7]) */
+    /* the balance's memory figures (plan_model_balance) as the stage pass's balance has them (balance_figures) */
     e->bal_act = none_l;
     e->bal_head = tok * pm->vocab / tp * cb + unit / sp_div;
     e->bal_bytes = p_layer * (e->cls[MEM_PARAM] + e->cls[MEM_GRAD] + e->cls[MEM_OPTIM]) / p_rank;
