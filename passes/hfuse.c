@@ -25,9 +25,10 @@
  *   - the two distances do not point the same way in every iteration of the loop (a batch stride is
  *     never negative; rt_cu_matmul_pair would run two GEMMs): the addresses read as codegen binds
  *     them (addr). For weights that are persistent (parameters, their bf16 copies) the memory plan has
- *     made them agree (hfuse_order_copies, called at its end, exchanges two same-sized weights' places);
- *     transient operands (the backward's gradients) pair where the packing happened to lay them out
- *     one way round.
+ *     made them agree (hfuse_order_copies, called at its end, exchanges two same-sized weights' places,
+ *     else the two outputs' places: a stack's rows or a buffer, with whatever else the plan put there), so
+ *     the packing's order of the transients does not decide the pairing; it declines where something lies
+ *     across an edge of the places, or the distances change direction over the loop.
  * Nothing here depends on ZeRO, tp or the weight copy: the weights are whatever the GEMMs read (the
  * persistent bf16 copies, a layer's own cast, ZeRO-3's gathered rows, a tp shard). The query's GEMM,
  * q = x @ w_q, stays apart (its width differs from k's and v's: no uniform batch), and so do the
@@ -117,18 +118,23 @@ static bool sibling_form(const Node *p, const Node *q) {
   return ir_node_stages(p) == ir_node_stages(q) && p->instr == q->instr;
 }
 
-/* The top graph's persistent weight v reads (a PARAM, or its bf16 copy: STATE "bf16:<param>", passes/wshadow.c),
- * through the arguments of the regions around it (a loop's row of it, or the whole); NULL if v is not one. */
-static const Value *weight_copy(const Value *v) {
+/* The value whose bytes v reads (through the arguments of the loops around it: a row of it, or the whole), or NULL
+ * where that is not a place of its own (a carry, ZeRO-3's next row, host memory). */
+static const Value *outer(const Value *v) {
   while (v->def->op == OP_ARG) {
     const Node *r = v->def->graph->owner;
     int k = v->def->a.index;
     if (!r || r->op != OP_REPEAT || k < r->a.ncarry || k >= r->nin || v->def->a.next) return NULL;
     v = r->in[k];
   }
-  const Node *d = v->def;
-  bool weight = d->op == OP_PARAM || (d->op == OP_STATE && ir_copy_source(d->a.name));
-  return weight && !d->graph->parent && !ir_node_stages(d) && !v->host && v->offset >= 0 ? v : NULL;
+  return v->host || v->offset < 0 ? NULL : v;
+}
+
+/* The pipeline stages a node runs on: its own, else its region's (0: every rank). */
+static uint64_t stages_of(const Node *n) {
+  uint64_t m = ir_node_stages(n);
+  while (!m && n->graph->owner) n = n->graph->owner, m = ir_node_stages(n);
+  return m;
 }
 
 /* Where value v's bytes (over its loop's iterations: memplan_span) lie against [o, o + bytes): 0 apart, 1 inside,
@@ -139,45 +145,96 @@ static int against(const Value *v, int64_t o, int64_t bytes) {
   return lo >= o && hi <= o + bytes ? 1 : -1;
 }
 
-/* Whether no value of g (and its bodies) lies across an edge of [o0, o0 + bytes) or [o1, o1 + bytes). */
-static bool whole(const Graph *g, int64_t o0, int64_t o1, int64_t bytes) {
+/* Where scratch [lo, hi) lies against [o, o + bytes): as `against`. */
+static int scratch_against(int64_t lo, int64_t hi, int64_t o, int64_t bytes) {
+  if (hi <= o || lo >= o + bytes) return 0;
+  return lo >= o && hi <= o + bytes ? 1 : -1;
+}
+
+/* Whether n runs on another rank than the stages sm's only (sm 0: every rank, and the trade is every rank's). */
+static bool elsewhere(const Node *n, uint64_t sm) {
+  uint64_t m = stages_of(n);
+  return sm && m && !(m & sm);
+}
+
+/* Whether the places [o0, o0 + bytes) and [o1, o1 + bytes) may trade on the stages sm (0: every rank): no value of g
+ * (and its bodies) nor a node's scratch lies across an edge of them, and, where the trade is some stages' (a node on
+ * other stages only is another rank's: passes/memplan.c lets stages share bytes), none inside them is also another
+ * stage's or every rank's (it would move under that rank's own values). */
+static bool whole(const Graph *g, uint64_t sm, int64_t o0, int64_t o1, int64_t bytes) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->body && !whole(n->body, o0, o1, bytes)) return false;
-    for (int k = 0; k < n->nout; k++)
-      if (against(n->out[k], o0, bytes) < 0 || against(n->out[k], o1, bytes) < 0) return false;
+    if (n->body && !whole(n->body, sm, o0, o1, bytes)) return false;
+    if (elsewhere(n, sm)) continue;
+    uint64_t m = stages_of(n);
+    bool mixed = sm && (!m || (m & ~sm));
+    for (int k = 0; k < n->nout + (n->scratch_bytes > 0); k++)
+      for (int e = 0; e < 2; e++) {
+        int64_t o = e ? o1 : o0;
+        int at = k < n->nout ? against(n->out[k], o, bytes)
+                             : scratch_against(n->scratch_at, n->scratch_at + n->scratch_bytes, o, bytes);
+        if (at < 0 || (at > 0 && mixed)) return false;
+      }
   }
   return true;
 }
 
-/* Every value of g (and its bodies) whose bytes lie inside [o0, o0 + bytes) moves to the same place in
- * [o1, o1 + bytes), and the other way round. */
-static void exchange(Graph *g, int64_t o0, int64_t o1, int64_t bytes) {
+/* Every value of g (and its bodies), and every node's scratch, on the stages sm (as whole) whose bytes lie inside
+ * [o0, o0 + bytes) moves to the same place in [o1, o1 + bytes), and the other way round. */
+static void exchange(Graph *g, uint64_t sm, int64_t o0, int64_t o1, int64_t bytes) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->body) exchange(n->body, o0, o1, bytes);
+    if (n->body) exchange(n->body, sm, o0, o1, bytes);
+    if (elsewhere(n, sm)) continue;
     for (int k = 0; k < n->nout; k++) {
       Value *v = n->out[k];
       if (against(v, o0, bytes) > 0) v->offset += o1 - o0;
       else if (against(v, o1, bytes) > 0) v->offset += o0 - o1;
     }
+    int64_t lo = n->scratch_at, hi = n->scratch_at + n->scratch_bytes;
+    if (n->scratch_bytes > 0 && scratch_against(lo, hi, o0, bytes) > 0) n->scratch_at += o1 - o0;
+    else if (n->scratch_bytes > 0 && scratch_against(lo, hi, o1, bytes) > 0) n->scratch_at += o0 - o1;
   }
 }
 
+/* The sign of a distance d0 + i ds between two operands over a loop's iterations 0..last: 1 or -1 where one, else 0. */
+static int direction(int64_t d0, int64_t ds, int64_t last) {
+  int64_t dl = d0 + last * ds;
+  return d0 > 0 && dl > 0 ? 1 : d0 < 0 && dl < 0 ? -1 : 0;
+}
+
+/* Two same-sized places apart, at o0 and o1, traded (exchange) where nothing lies across their edges; true if done. */
+static bool trade(Graph *top, uint64_t sm, int64_t o0, int64_t o1, int64_t bytes) {
+  if (bytes <= 0 || (o0 < o1 + bytes && o1 < o0 + bytes) || !whole(top, sm, o0, o1, bytes)) return false;
+  exchange(top, sm, o0, o1, bytes);
+  return true;
+}
+
+/* v's and w's places (memplan_span), one size, traded on the stages sm. */
+static bool trade_values(Graph *top, uint64_t sm, const Value *v, const Value *w) {
+  int64_t lo0, hi0, lo1, hi1;
+  return v && w && v != w && memplan_span(v, &lo0, &hi0) && memplan_span(w, &lo1, &hi1) && hi0 - lo0 == hi1 - lo1 &&
+         trade(top, sm, lo0, lo1, hi0 - lo0);
+}
+
+/* Where p's and q's weights and outputs lie one way round and the other (no strided batch), the places of one pair
+ * traded: the weights' where both are persistent copies (the update's cast written there, ZeRO's gathered shards
+ * with them), else the outputs' over their loop (memplan_span: a stack's rows, or one buffer), the transients the
+ * packing laid out: whatever else the plan put in those bytes trades with them, so the layout's order no longer
+ * decides the pairing (Llama-3-8B pp 4 zb z2 rc sel: the forward's k / v and gate / up stacks lay the other way round
+ * from the stage's weight rows). Unless something lies across an edge (then the pass finds the pair two ways round,
+ * and leaves it). */
 static void order_pair(Graph *top, const Node *p, const Node *q) {
-  const Value *c0 = weight_copy(p->in[1]), *c1 = weight_copy(q->in[1]);
   int64_t y0, t0, y1, t1, b0, s0, b1, s1;
-  if (!c0 || !c1 || c0 == c1 || !addr(p->out[0], &y0, &t0) || !addr(q->out[0], &y1, &t1) ||
-      !addr(p->in[1], &b0, &s0) || !addr(q->in[1], &b1, &s1) || s0 != s1)
+  if (!addr(p->out[0], &y0, &t0) || !addr(q->out[0], &y1, &t1) || !addr(p->in[1], &b0, &s0) || !addr(q->in[1], &b1, &s1))
     return;
-  int64_t bytes = ir_numel(&c0->shape) * ir_dtype_size(c0->dtype);
-  if (bytes != ir_numel(&c1->shape) * ir_dtype_size(c1->dtype)) return;
   const Node *r = p->graph->owner;
-  int64_t last = r && r->op == OP_REPEAT ? r->a.count - 1 : 0, dy0 = y1 - y0, dyl = y1 - y0 + last * (t1 - t0);
-  if (!dy0 || !dyl || (dy0 > 0) != (dyl > 0) || (dy0 > 0) == (b1 > b0)) return; /* no one way, or already it */
-  /* the copies and what the plan put in them (the update's cast written there, ZeRO's gathered shards), unless
-   * something lies across an edge (then the pass finds the pair two ways round, and leaves it) */
-  if (whole(top, c0->offset, c1->offset, bytes)) exchange(top, c0->offset, c1->offset, bytes);
+  int64_t last = r && r->op == OP_REPEAT ? r->a.count - 1 : 0;
+  int dy = direction(y1 - y0, t1 - t0, last), db = direction(b1 - b0, s1 - s0, last);
+  if (!dy || !db || dy == db) return; /* no one way, or already it */
+  /* (one stride: the distance turns whole; the weights on every rank's stages, the outputs on the pair's) */
+  if (s0 == s1 && trade_values(top, 0, outer(p->in[1]), outer(q->in[1]))) return;
+  if (t0 == t1) trade_values(top, stages_of(p), p->out[0], q->out[0]);
 }
 
 static void order_graph(Graph *top, Graph *g) {

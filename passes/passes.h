@@ -101,9 +101,10 @@ int fuse_normres_partner(const Graph *g, int i);
 /* passes/hfuse.c: the position of the matmul whose batched GEMM computes the matmul at i (Attrs.hfuse 2: the
  * node right before it, hfuse 1); -1 for any other node. */
 int hfuse_leader(const Graph *g, int i);
-/* passes/hfuse.c, called by the memory plan once it has placed everything (CUDA target): of two sibling GEMMs
- * whose weights are persistent (parameters or their bf16 copies) of one size, their places exchanged where the outputs lie the
- * other way round, so that one strided batch takes the pair (the pass checks it again after). */
+/* passes/hfuse.c, called by the memory plan once it has placed everything (CUDA target): of two sibling GEMMs whose
+ * weights and outputs lie one way round and the other, the places of the weights (what their rows are of) or else of
+ * the outputs exchanged, with whatever lies inside them, so that one strided batch takes the pair (the pass checks it
+ * again after). */
 void hfuse_order_copies(Module *m);
 /* passes/fuse_sumsq.c: the SUMSQ whose sum of squares the concat's kernel computes as its piece i, or NULL
  * (the piece is then copied as in any concat). */

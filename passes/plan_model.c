@@ -15,7 +15,8 @@
 
 /* Activations a layer keeps per token for its backward, in units of hidden x the compute dtype's
  * bytes, as the memory plan has them (GPT-2 124M, bf16, one rank, 1-4 layers: none 16.0, selective
- * 11.0, full 1.0 — the layer's input; selective: the model's own, sel_act_units, 11 for GPT-2); with
+ * 11.0, full 1.0 — the layer's input; none and selective: the model's own, none_act_units and sel_act_units,
+ * 16 and 11 for GPT-2, 17 and 12.5 for Llama-3-8B); with
  * tp and sp all of it is split, without sp the part outside the tp regions (layer norms, residuals:
  * about 4 units; full: the input) is not. */
 static const double act_units[3] = {16.0, 1.0, 11.0}; /* RecomputeKind order: none, full, selective */
@@ -359,8 +360,11 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0);
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
-  double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : r == RECOMPUTE_SELECTIVE ? sel_act_units(pm, c->cp) : act_units[r];
+  double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : r == RECOMPUTE_SELECTIVE ? sel_act_units(pm, c->cp)
+              : r == RECOMPUTE_NONE ? none_act_units(pm) : act_units[r];
   double per_layer = unit * (c->sp || tp == 1 ? au / tp : au / tp + act_rep_units[r] * (1 - 1 / tp));
+  double none_l = unit * (c->sp || tp == 1 ? none_act_units(pm) / tp /* (rc none's: what a layer's backward reads) */
+                                          : none_act_units(pm) / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
   double head = tok * (pm->vocab / tp * 4 + 2 * d * cb);         /* the logits in f32, the final norm */
   double copies = cb < 4 ? p_other / 2 : 0;                      /* the compute-precision copy of the embeddings */
   double gather = c->zero >= 3 ? 2 * p_layer * cb / 4 : 0;       /* ZeRO-3: a layer gathered, the next prefetched */
@@ -425,25 +429,23 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   /* The deferred waits (`defer`: zero_defers_scatters and zero_defer_taken, plan_model_estimate; ZeRO-2/3,
    * under pp in the stages' B loops too): a backward layer loop's scatters waited in the next iteration, their f32 inputs live through the
    * whole body (passes/memplan_defer.c). A body makes its layer's gradients as it frees the layer's
-   * activations (`freed`: the whole layer's, recomputed or kept: rc none's units); waited in the iteration,
+   * activations (`none_l`: the whole layer's, recomputed or kept: rc none's units); waited in the iteration,
    * a gradient is live from where it is made to the iteration's end, so the body's peak (its activations
    * and the gradients made so far) is at its start or, where the layer's gradient outgrows its
    * activations, at its end; held through the body, the whole layer is live at the start too: the peak
-   * grows by min(p_layer, freed), not a layer (Llama-3-405B dp 1024 tp 2 z3 rc full mb 1, compiled: +3.8
+   * grows by min(p_layer, none_l), not a layer (Llama-3-405B dp 1024 tp 2 z3 rc full mb 1, compiled: +3.8
    * GiB of the layer's 5.9; dp 256 tp 8+sp mb 8: +1.5 of 1.5). Where ZeRO-3's scatters are coalesced
    * (zero3_coll_s: the packed [group, N] f32 gradient in `flat`, beside the gathers' whole where copy_s)
    * the deferred input is that packed gradient, which without the deferral this model leaves out at pp 1
    * (made at the body's end): a layer (tp 2 `coalesce on`: +2.3-2.4 GiB over the plan without, which is
    * +5.5 over `coalesce off`); under pp `flat` counts it beside the stages' loops already, so the
-   * deferral adds min(p_layer, freed) there too (Llama-3-405B dp 128 pp 2 1f1b cp 2 z3, compiled with the
+   * deferral adds min(p_layer, none_l) there too (Llama-3-405B dp 128 pp 2 1f1b cp 2 z3, compiled with the
    * deferral over `defer_waits off`: tp 4+sp +1.3 GiB, tp 2+sp cp 4 +1.8; the whole layer: 3.0 and 5.9).
    * zb's W loop (its weight-gradient GEMMs alone) frees no layer's activations as it makes the gradients: its
    * deferred input is the packed gradient `flat` counts, as pp 1's is (Llama-3-8B dp 256 tp 2+sp pp 4 zb z3, the
    * last stage's W body compiled: 944 MiB deferred, 832 not, two 416 MiB layers' f32 gradients) */
   if (defer) {
-    double freed = unit * (c->sp || tp == 1 ? act_units[RECOMPUTE_NONE] / tp
-                                            : act_units[RECOMPUTE_NONE] / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
-    e->cls[MEM_GRAD] += packed > 0 && c->pp <= 1 ? p_layer : packed > 0 && zb ? 0 : fmin(p_layer, freed);
+    e->cls[MEM_GRAD] += packed > 0 && c->pp <= 1 ? p_layer : packed > 0 && zb ? 0 : fmin(p_layer, none_l);
   }
   /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3:
    * zero_defers_scatters, the decision passes/zero_defer.c takes; under pp the stages' B, zb: W, loops,
@@ -555,7 +557,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
                              [PK_MERGE] = merge, [PK_LAT] = pl->latency_s,
                              [PK_RECV] = pl->bytes_per_s > 0 ? unit / (c->sp ? tp : 1) * share / pl->bytes_per_s : 0};
       e->bal_f = tf / per, e->bal_b = (tb + tw) / per;
-      e->bal_f0 = raw[PK_F0], e->bal_b0 = raw[PK_B0], e->bal_fl = raw[PK_FL];
+      /* (the ends' times as the stage pass's balance has them, without ZeRO-3's edges: balance_figures) */
+      e->bal_f0 = raw[PK_F0] - ze[0], e->bal_b0 = raw[PK_B0] - ze[1], e->bal_fl = raw[PK_FL] - ze[2];
       for (int i = 0; i < PP_KEYS; i++) lkey0[i] = pp_round(raw[i] / tf);
       if (n) { /* the first and the last stage hold their own layers, the others the slowest's */
         raw[PK_F0] += ((double)n[0] - lmaxc) * tf / per;
@@ -567,9 +570,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     }
     e->zb_b = key[PK_B], e->zb_w = key[PK_W];
     memcpy(e->pp_key, key, sizeof key);
-    /* the balance's memory figures (plan_model_balance) */
-    e->bal_act = per_layer;
-    e->bal_head = head;
+    /* the balance's memory figures (plan_model_balance) as the stage pass's balance has them (balance_figures) */
+    e->bal_act = none_l;
+    e->bal_head = tok * pm->vocab / tp * cb + unit / sp_div;
     e->bal_bytes = p_layer * (e->cls[MEM_PARAM] + e->cls[MEM_GRAD] + e->cls[MEM_OPTIM]) / p_rank;
     if (c->bal && !n) return; /* (the figures the split is made from: no more) */
     /* after the last instruction: the optimizer's update (its bytes and calls) */
@@ -670,6 +673,11 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       gather = gw + fmax(0, gather - gw - wx);
     }
     e->cls[MEM_ACT] = most + copies + gather + wcopy;
+  } else if (c->zero >= 3) { /* the loss's peak or the backward's first layer's, not both (plan_model_zero.c) */
+    bool at_loss;
+    double lgrad = e->cls[MEM_GRAD] - p_rank / zd2, headg = pm->pe_split[1] / tp + pm->pe_rep[1];
+    e->cls[MEM_ACT] = per_layer * lst + zero3_pp1_peak(pm, c, unit, none_l, per_layer, head, headg, gather, lgrad, &at_loss);
+    if (at_loss) e->cls[MEM_GRAD] -= lgrad;
   } else {
     /* without the persistent copies under bf16 (zero < 3): one layer's weights cast at a time (passes/wcast.c) */
     double wcast = cb < 4 && !persistent && c->zero < 3 && base->target == TARGET_CUDA ? p_layer * cb / 4 : 0;

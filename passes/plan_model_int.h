@@ -70,6 +70,7 @@ double zb_handoff_units(const PlanModel *pm, double tp, bool sp);
 double zb_held_units(const PlanModel *pm, RecomputeKind r);
 double zb_freed_units(const PlanModel *pm, RecomputeKind r, double kept, double unheld, double *rep);
 double sel_act_units(const PlanModel *pm, int cp);
+double none_act_units(const PlanModel *pm);
 
 /* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
 static inline double ring_s(double bytes, double factor, int n, double bw, double lat) {
@@ -95,6 +96,10 @@ bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, 
  * stage's F (*f0) and its gradient's scatter after its B (*b0). */
 void zero3_pp_edges(const PlanModel *pm, const struct PlanCand *c, int n, double bw, double lat, double *f0, double *b0,
                     double *fl);
+/* pp 1 under ZeRO-3: the peak's bytes beside the layers' stacks, the loss's or the backward's first layer's
+ * (plan_model_zero.c says which are counted). */
+double zero3_pp1_peak(const PlanModel *pm, const struct PlanCand *c, double unit, double none_l, double kept_l, double head,
+                      double headg, double gather, double lgrad, bool *at_loss);
 /* A backward layer loop's iteration stalled on its layer's gradient reduce-scatters (pp 1's loop and the
  * stages' B, zb: W, loops): the seconds beyond its compute b. */
 double scatter_stall(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c, int n, double bw,

@@ -336,6 +336,27 @@ double sel_act_units(const PlanModel *pm, int cp) {
   return u;
 }
 
+/* No recompute's activations a layer keeps per token and rank (hidden states, before tp): what every GEMM's backward
+ * reads, from the layer's ops as sel_act_units: the hidden states outside the GEMMs (4: the layer's input, its two
+ * norms' outputs, the residual between), each GEMM's output that is not row-parallel (its output features over
+ * d: the attention's Q, K and V, the MLP's first GEMMs), and each row-parallel GEMM's input (its input features
+ * over d: the attention's output, the MLP's activation). GPT-2 4 + (3 + 4) + (1 + 4) = 16; Llama-3-8B 4 + (1 + 2
+ * x 0.25 + 2 x 3.5) + (1 + 3.5) = 17: its gated MLP keeps the gate's and the up projection's outputs and their
+ * product, the last GEMM's input (compiled, `shardc plan models/llama3-8b.model --target cuda --world 1 -D dp=1
+ * -D tp=1 -D pp=1 -D zero=0 -D micro_batch=1 -D recompute=none -D layers=2..4`: 1089 MiB a layer of 64, 17.0; the
+ * forward's stacked outputs: x, the norms' outputs, the residual, rope's Q and K, V, attention's output, the gate's,
+ * the up projection's and their product, and attention's f32 row statistics, 1 / 64). Not found: 16. */
+double none_act_units(const PlanModel *pm) {
+  if (pm->nlt <= 0 || pm->d <= 0) return 16;
+  double u = 4;
+  for (int i = 0; i < pm->nlt; i++) {
+    const PlanLayerTensor *t = &pm->lt[i];
+    if (!t->mat || t->out <= 0) continue;
+    u += t->early || t->out != pm->d ? t->out / pm->d : t->numel / t->out / pm->d;
+  }
+  return u;
+}
+
 /* zb: what B hands W a layer (passes/pipe_split.c's hand-off: the values W's weight gradients read from B),
  * in hidden states per token on a rank: each weight GEMM's output gradient, a column-parallel one's split by
  * tp (its output features / tp: the QKV, the MLP's first GEMMs), a row-parallel one's whole (its output the
@@ -375,7 +396,13 @@ typedef struct PpSplit {
 } PpSplit;
 
 /* The balance's figures of c's estimate e (the rounded ones the splits are kept by) and the lists' micro-batches
- * in flight per (virtual) stage (interleaved: shared among a stage's chunks), as pipe_balance_make has them. */
+ * in flight per (virtual) stage (interleaved: shared among a stage's chunks), as pipe_balance_make has them. The
+ * stage pass balances before the recompute and zero passes, so e's figures are its: a layer's activations are rc
+ * none's (pipe_kept_bytes: the forward's values the backward reads), the head's the logits at the compute precision
+ * and the final norm's output, the ends' times without ZeRO-3's gathers and scatters (zero3_pp_edges). With the
+ * plan's (Llama-3-8B tp 2+sp pp 4 zb: rc full's 7.5 units a layer and the f32 logits, 9 layers' worth where the
+ * compile's 1034 MiB over 656 are 1.6; under ZeRO-3 the head's time 2.25 layers, compiled 1.61) the model took the
+ * time-feasible [8, 9, 9, 7]'s 33rd layer off the last stage, [8, 9, 9, 6], where the compile's is [8, 8, 9, 7]. */
 static const PpProfile *balance_figures(PlanModel *pm, const PlanCand *c, const PlanEstimate *e, double *fig, int *infv) {
   int pp = c->pp, v = c->sched == SCHED_INTERLEAVED ? c->v : 1, nv = pp * v;
   double u = e->bal_f + e->bal_b;

@@ -173,3 +173,38 @@ void zero3_pp_edges(const PlanModel *pm, const PlanCand *c, int n, double bw, do
   double g = ring_s(hv * pm->cb, 1, n, bw, lat), s = ring_s(hv * 4, 1, n, bw, lat);
   *f0 = g, *b0 = s, *fl = 2 * g + s;
 }
+
+/* pp 1 under ZeRO-3: the step's peak is at the loss or in the backward's first layer, the layers' stacks under
+ * both, the rest not (the compiled peaks, docs/planner.md "pp 1 under ZeRO-3: the loss or the backward's first
+ * layer"):
+ *   at the loss: the logits and their gradient (`head`); no gathered layer, no layer's f32 gradient, and no bf16
+ *     copy of the embedding or the head (ZeRO-3 gathers their shards where read);
+ *   in the backward's first layer: the head's f32 gradient unreduced (headg), the layer gathered and the next
+ *     (gather), the layer's f32 gradients (lgrad: MEM_GRAD's unreduced and deferred layers), and the body's
+ *     working set at its MLP's backward: what it re-makes of rc none's activations beyond what the stacks kept
+ *     (none_l - kept_l: none nothing, full all but the input), the temporaries of the MLP's first GEMMs' outputs'
+ *     size (`first`: their output features over d, / tp) — four of the gate's size (twice first: the product's
+ *     gradient, the gate's activation re-run, its gradient, the up projection's) where the MLP is not
+ *     recomputed, the gradient of the product alone (first) where it is, the peak then just after the recompute
+ *     — and under sp the two whole hidden states around the tp regions (the gathered input, the input gradient
+ *     before its scatter; without sp the replicated part of none_l has them).
+ * unit: a hidden state of the micro-batch; none_l, kept_l: a layer's activations on a rank without recompute and
+ * as the plan keeps them (bytes). Returns the bytes beside the stacks; *at_loss: the peak is the loss's (the
+ * caller leaves lgrad out of the gradients). Compiled: Llama-3-8B dp 2048 tp 1 rc none mb 2 at the loss (69632
+ * MiB of stacks, 2 x 4008 of logits; its backward body 3152: 4 x 448 of the MLP's, 416 gathered, 832 of f32
+ * gradients); Llama-3-405B dp 1024 tp 2 rc full mb 1 in the backward's first layer (32256 of stacks, the head's
+ * 4008, a body of 13077: 3936 of activations, 15.4 units, here 8.94 + 3.25). Not found (no layer tensors): a
+ * GPT's first 4. */
+double zero3_pp1_peak(const PlanModel *pm, const PlanCand *c, double unit, double none_l, double kept_l, double head,
+                      double headg, double gather, double lgrad, bool *at_loss) {
+  double tp = c->tp, first = 0;
+  for (int i = 0; pm->d > 0 && i < pm->nlt; i++) {
+    const PlanLayerTensor *t = &pm->lt[i];
+    if (t->mat && !t->early && t->out != pm->d) first += t->out / pm->d;
+  }
+  if (first <= 0) first = 4; /* (not found: a GPT's) */
+  double ws = fmax(0, none_l - kept_l) + unit * ((c->rec == RECOMPUTE_FULL ? 1 : 2) * first / tp + (c->sp && tp > 1 ? 2 * (1 - 1 / tp) : 0));
+  double b1 = headg + gather + lgrad + ws;
+  *at_loss = head >= b1;
+  return *at_loss ? head : b1 - lgrad;
+}

@@ -142,6 +142,12 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
               p->pp, p->pp);
       for (int k = 0; k < p->nstages; k++) fprintf(f, "%s%d", k ? ", " : "", p->stage_rows[k]);
       fprintf(f, "]%s\n", p->nstages > p->pp ? " per virtual stage (chunk c of stage s at c x pp + s)" : "");
+      if (p->ana.nsplit > 0) { /* (the analytic model's, plan_model_estimate: the split its row's figures are of) */
+        fprintf(f, "# row %d's stages by the analytic model: [", i + 1);
+        for (int k = 0; k < p->ana.nsplit; k++) fprintf(f, "%s%d", k ? ", " : "", p->ana.split[k]);
+        bool same = p->nstages == p->ana.nsplit && !memcmp(p->stage_rows, p->ana.split, (size_t)p->nstages * sizeof(short));
+        fprintf(f, "]%s\n", same ? "" : " (not the compiled)");
+      }
       break;
     }
   }

@@ -143,6 +143,12 @@ case $what in
     m=("$t/uneven.model" -D seq=32 -D layers=3) plan=(-D micro_batch=4 -D dp=1 -D microbatches=2) ;;
   pp2ileave) sed "s/^  dp auto\$/  dp auto\n  pp 2 layers(1, 2, 2, 1)/" models/tiny.model >"$t/ileave.model"
     m=("$t/ileave.model" -D seq=32 -D layers=6) plan=(-D micro_batch=4 -D dp=1 -D microbatches=2 -D schedule=interleaved) ;;
+  pp2zbbf16) # Llama-shaped pp 2 zero-bubble, selective recompute: the forward's k / v and gate / up GEMMs in pairs
+    # (passes/hfuse.c) where their outputs' stacks lie the other way round from the stage's bf16 weight casts, whose
+    # places the plan traded (hfuse_order_copies)
+    m=(models/llama3-8b.model -D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=4 -D ffn=128 -D sp=off
+      -D zero=0 -D recompute=selective -D precision=bf16)
+    plan=(-D batch=4 -D micro_batch=1 -D dp=1 -D tp=1 -D pp=2 -D schedule=zb) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   cp2*) m=(models/llama3-8b.model -D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96 -D sp=off
           -D zero=0 -D recompute=none -D precision=f32)
     plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=1 -D cp=2)
@@ -157,7 +163,7 @@ case $what in
       cp2tp2sp) m=("${m[@]/sp=off/sp=on}") plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=2 -D cp=2) np=4 ;;
       *) echo "unknown case $what" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero3c|zero3cbf16|zero2cbf16|zero3acc_nodefer|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2dp2z2|pp2uneven|pp2ileave|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero3c|zero3cbf16|zero2cbf16|zero3acc_nodefer|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2dp2z2|pp2uneven|pp2ileave|pp2zbbf16|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" --target cuda -o "$t/cuda"
@@ -171,6 +177,11 @@ ncoll=$(cat "$t"/src/*.c | grep -c "rt_coll_[a-z_]*(ctx" || true)
 [ "$ncoll" -gt 0 ] || fail "$what: the CUDA program has no collectives"
 echo "$what: the CUDA program makes $ncoll collective calls ($(cat "$t"/src/*.c | grep -o "rt_coll_[a-z_]*(ctx" |
   sort | uniq -c | awk '{printf "%s%s x%d", (NR > 1 ? ", " : ""), substr($2, 9, length($2) - 12), $1}'))"
+case $what in pp2zbbf16) # the sibling pairs launched as one (rt_cu_matmul_pair)
+  np_=$(cat "$t"/src/*.c* 2>/dev/null | grep -c "rt_cu_matmul_pair(" || true)
+  [ "$np_" -ge 18 ] || fail "$what: $np_ sibling GEMM pair launches in the CUDA program, want 18 (each stage's 4 forwards' 2, the backward's 2; main's 2: the forward's declined on the layout's order)"
+  echo "$what: $np_ sibling GEMM pair launches in the CUDA program" ;;
+esac
 case $what in zero3*) # ZeRO-3: each layer's parameters gathered one layer ahead (an `arg next` in the loops)
   nn=$("$shardc" plan "${m[@]}" "${plan[@]}" --world "$np" --target cuda --dump-ir 2>/dev/null | grep -c "= arg [0-9]* next" || true)
   [ "$nn" -gt 0 ] || fail "$what: no layer parameter gathered one layer ahead"
