@@ -1,4 +1,5 @@
-/* passes/zero.h — the `zero` pass's pieces shared between its files (passes/zero.c, zero_sums.c, zero_offload.c). */
+/* passes/zero.h — the `zero` pass's pieces shared between its files (passes/zero.c, zero_gather.c, zero_sums.c,
+ * zero_offload.c, ...). */
 #ifndef SHARDC_ZERO_H
 #define SHARDC_ZERO_H
 
@@ -71,6 +72,18 @@ void zero_offload(Graph *g, bool zero3);
 Value *zero_gather_new(Graph *g, Value *x, const Value *whole, int d, ZeroGroup z, SrcLoc loc);
 /* y = shard_slice(x) over the group along d, placed at pos. */
 Value *zero_slice_at(Graph *g, Value *x, int d, ZeroGroup z, int pos, SrcLoc loc);
+/* n's position in g (it must be one of g's nodes). */
+int zero_position(const Graph *g, const Node *n);
+
+/* ZeRO-3's parameters stored split (passes/zero_gather.c). zero_gather_begin (from arena a) and zero_gather_end
+ * bracket pass_zero's updates under stage 3: the bodies' captures (zero_captures_new) found once for them all. */
+void zero_gather_begin(Arena *a);
+void zero_gather_end(void);
+/* Whether parameter p (updated by u) can be stored split along d: not when a repeat carries it, a result names
+ * it, or it is under the persistence threshold (per layer when stacked). */
+bool zero_can_split_param(const Graph *g, const Value *p, const Node *u, int d, bool stacked);
+/* p stored split along d: every reader in g (but u) gathers it right before it reads it. */
+void zero_split_param(Graph *g, Value *p, const Node *u, int d, ZeroGroup z);
 
 /* ZeRO-1/2 with the persistent bf16 weight copies (passes/zero_master.c): whether the plan may store the
  * f32 masters split and gather the bf16 copies instead (stage 1 / 2, no offload); zero_master_split
