@@ -496,8 +496,8 @@ bool pass_zero(Module *m) {
   for (int i = 0; i < n; i++)
     for (int j = 0; j < g->nodes[i]->nin; j++) ptrmap_add(&uses, g->nodes[i]->in[j], 1);
   for (int i = 0; i < g->nresults; i++) ptrmap_add(&uses, g->results[i], n + 1); /* a result: never sole */
-  if (stage >= 3) zero_gather_begin(g->arena); /* (gather_uses' questions) */
   use_memo = ir_use_memo_new();
+  if (stage >= 3) zero_gather_begin(g, use_memo); /* (gather_uses' questions) */
   for (int i = 0; i < nu; i++) {
     Node *u = updates[i];
     bool sole = true;

@@ -75,9 +75,11 @@ Value *zero_slice_at(Graph *g, Value *x, int d, ZeroGroup z, int pos, SrcLoc loc
 /* n's position in g (it must be one of g's nodes). */
 int zero_position(const Graph *g, const Node *n);
 
-/* ZeRO-3's parameters stored split (passes/zero_gather.c). zero_gather_begin (from arena a) and zero_gather_end
- * bracket pass_zero's updates under stage 3: the bodies' captures (zero_captures_new) found once for them all. */
-void zero_gather_begin(Arena *a);
+/* ZeRO-3's parameters stored split (passes/zero_gather.c). zero_gather_begin (g: the top graph) and zero_gather_end
+ * bracket pass_zero's updates under stage 3: the bodies' captures (zero_captures_new) found once for them all, and
+ * the top graph's readers index; memo: the pass's ir_use_counts_outer memo, whose lists the gathers' edits of a
+ * layer loop's body keep (ir_use_memo_keep). */
+void zero_gather_begin(Graph *g, IrUseMemo *memo);
 void zero_gather_end(void);
 /* Whether parameter p (updated by u) can be stored split along d: not when a repeat carries it, a result names
  * it, or it is under the persistence threshold (per layer when stacked). */
@@ -125,6 +127,8 @@ bool zero_captures_reads(ZeroCaptures *c, const Graph *b, const Value *p);
 /* Whether a result of b, or of a body in it, is a value of a graph around that body (a capture yielded
  * unchanged; readers_can_gather's other question of a body that does not read p). */
 bool zero_captures_yields_outer(ZeroCaptures *c, const Graph *b);
+/* b's captures (*n of them): the values of the graphs around b that b, or a body in it, reads. */
+const Value *const *zero_captures_list(ZeroCaptures *c, const Graph *b, int *n);
 
 /* Nodes of graph g to go right before a reader (passes/zero_before.c), placed in one pass: recorded as they
  * are made (each then g's last node), placed by zero_before_place (which frees the record: it must be called). */

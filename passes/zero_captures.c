@@ -95,3 +95,9 @@ bool zero_captures_reads(ZeroCaptures *c, const Graph *b, const Value *p) {
 bool zero_captures_yields_outer(ZeroCaptures *c, const Graph *b) {
   return captures_of(c, b)->yields_outer;
 }
+
+const Value *const *zero_captures_list(ZeroCaptures *c, const Graph *b, int *n) {
+  const Captures *k = captures_of(c, b);
+  *n = k->n;
+  return k->v;
+}

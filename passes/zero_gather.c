@@ -11,10 +11,12 @@
  * stage's or chunk's rows), which are kept split. zero.c's header comment describes ZeRO-3 as a whole;
  * a body's captures are found once (passes/zero_captures.c).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
 #include "passes.h"
+#include "ptrmap.h"
 #include "zero.h"
 
 /* ZeRO-3's persistence threshold: a parameter with fewer elements than this (per layer, when
@@ -26,11 +28,89 @@ enum { ZERO3_PERSIST_NUMEL = 1024 };
  * for reads_deep and readers_can_gather; NULL: none. */
 static ZeroCaptures *captures;
 
-void zero_gather_begin(Arena *a) { captures = zero_captures_new(a); }
+/* During pass_zero: the top graph's readers index, for gather_uses. For each value the top graph's nodes read
+ * (an input, or a capture of the node's body: zero_captures_list), those nodes, each once, in the graph's
+ * order, as the pass began. gather_uses walks a value's list instead of the whole step (Llama-3-405B pp 16 x
+ * cp 2: 33k-206k nodes, four walks per parameter). It stays the list of the readers of what gather_uses asks
+ * about, p and the casts and slices of it, since the rewrites of the parameters before p (their gathers, the
+ * prefetch's carries, the gradients' scatters) add no reader of p nor of its casts and slices, remove none,
+ * and move none past another (nodes are inserted, the step's order kept): a list is taken only where its nodes
+ * are found in that order (else the scan), and SHARDC_VERIFY=audit checks each list against the scan. */
+static struct {
+  const Graph *g;      /* the top graph (NULL: none) */
+  PtrMap at;           /* value -> 1 + its list's number */
+  int *start, *len;    /* list k: node[start[k] .. start[k] + len[k]) */
+  const Node **node;
+  bool audit;
+} top;
+
+/* Each value node x of the top graph reads, directly or in its body (its captures), once: f(v, x). */
+static void each_read(const Node *x, void (*f)(const Value *, const Node *)) {
+  for (int j = 0; j < x->nin; j++) f(x->in[j], x);
+  if (!x->body) return;
+  int nc;
+  const Value *const *c = zero_captures_list(captures, x->body, &nc);
+  for (int k = 0; k < nc; k++) f(c[k], x);
+}
+
+static int nlists, caplists;
+static const Node **last; /* [list]: the node last counted in it (a node reading a value twice: once) */
+
+static void count_read(const Value *v, const Node *x) {
+  intptr_t k;
+  if (!ptrmap_get(&top.at, v, &k)) {
+    if (nlists == caplists) {
+      caplists = caplists ? 2 * caplists : 1024;
+      top.start = realloc(top.start, sizeof *top.start * (size_t)caplists);
+      top.len = realloc(top.len, sizeof *top.len * (size_t)caplists);
+      last = realloc(last, sizeof *last * (size_t)caplists);
+      if (!top.start || !top.len || !last) die("out of memory");
+    }
+    k = ++nlists;
+    ptrmap_put(&top.at, v, k);
+    top.len[k - 1] = 0, last[k - 1] = NULL;
+  }
+  if (last[k - 1] != x) top.len[k - 1]++, last[k - 1] = x;
+}
+
+static void add_read(const Value *v, const Node *x) {
+  intptr_t k;
+  ptrmap_get(&top.at, v, &k);
+  if (last[k - 1] != x) top.node[top.start[k - 1] + top.len[k - 1]++] = x, last[k - 1] = x;
+}
+
+static void index_build(const Graph *g) {
+  nlists = caplists = 0;
+  for (int i = 0; i < g->nnodes; i++) each_read(g->nodes[i], count_read);
+  int total = 0;
+  for (int k = 0; k < nlists; k++) top.start[k] = total, total += top.len[k], top.len[k] = 0, last[k] = NULL;
+  top.node = malloc(sizeof *top.node * (size_t)(total + 1));
+  if (!top.node) die("out of memory");
+  for (int i = 0; i < g->nnodes; i++) each_read(g->nodes[i], add_read);
+  free(last);
+  last = NULL;
+  const char *e = getenv("SHARDC_VERIFY");
+  top.audit = e && strcmp(e, "audit") == 0;
+  top.g = g;
+}
+
+/* During pass_zero: its ir_use_counts_outer memo (zero.c, for passes/zero_sums.c's counts), whose list of a
+ * layer loop's body the gathers below keep: they add nodes to the body and rewire its own values only. */
+static IrUseMemo *use_memo;
+
+void zero_gather_begin(Graph *g, IrUseMemo *memo) {
+  captures = zero_captures_new(g->arena);
+  use_memo = memo;
+  index_build(g);
+}
 
 void zero_gather_end(void) {
   zero_captures_free(captures);
   captures = NULL;
+  ptrmap_free(&top.at);
+  free(top.start), free(top.len), free(top.node);
+  memset(&top, 0, sizeof top);
+  use_memo = NULL;
 }
 
 /* Whether every reader of p in g (and in the bodies nested in it, which capture p: the micro-step
@@ -232,54 +312,98 @@ static bool reads_deep(const Graph *g, const Value *p) {
  * separate, each freed after its use); a repeat that takes p as an input, per iteration in its
  * body, before the layer's first use of its slice; a body that captures p (the accumulation
  * region reads the parameters directly), the same rules inside it, so per micro-step. */
-static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, ZeroGroup z, int from) {
-  for (int i = from; i < g->nnodes - zero_before_pending(before, g); i++) { /* (not the nodes to place later) */
-    Node *n = g->nodes[i];
-    if (n == u) continue;
-    int inserted = 0;
-    for (int j = 0; j < n->nin; j++) {
-      if (n->in[j] != p) continue;
-      if (n->op == OP_REPEAT) {
-        Graph *b = n->body;
-        Node *an = b->args[j];
-        Value *arg = an->out[0], old = *arg;
-        bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
-        zero_split_type(arg, &old, xs ? d - 1 : d, z);
-        int k = xs ? prefetch_layer(g, n, i + inserted, j, &old, d - 1, z) : -1; /* the next layer's gather in flight */
-        if (k >= 0) {
-          inserted += k;
-          j++; /* (the new carry shifted p's input by one) */
-          continue;
-        }
-        gather_for_readers(b, arg, &old, xs ? d - 1 : d, z, an);
-      } else if (n->op == OP_CAST && readers_can_gather(g, n->out[0], u, d) && !is_result_of(g, n->out[0])) {
-        /* the gather moves past a cast (bf16 compute: the loops read the parameter's bf16 copy):
-         * the cast of the shard is the shard of the cast, so the copy is kept split and each of
-         * its readers gathers it (per layer in the loops, in bf16: half the bytes) */
-        Value *y = n->out[0], wy = *y;
-        zero_split_type(y, &wy, d, z);
-        gather_uses(g, y, &wy, u, d, z, i + 1); /* (y's readers: after its node) */
-        break;
-      } else if (n->op == OP_SLICE && n->a.axis != d && readers_can_gather(g, n->out[0], u, d) &&
-                 !is_result_of(g, n->out[0])) {
-        /* the gather moves past a slice along another dim (a pipeline stage's rows of the stack:
-         * an interleaved chunk's, an uneven stage's count): the slice of the shard is the shard of
-         * the slice, so the rows stay split and their loops gather them a layer at a time */
-        Value *y = n->out[0], wy = *y;
-        zero_split_type(y, &wy, d, z);
-        gather_uses(g, y, &wy, u, d, z, i + 1); /* (y's readers: after its node) */
-        break;
-      } else { /* this reader's own gather, right before it */
-        Value *whole_p = zero_gather_new(g, p, whole, d, z, n->loc);
-        ir_move_last(g, i++);
-        for (int k = 0; k < n->nin; k++)
-          if (n->in[k] == p) n->in[k] = whole_p;
-        break;
-      }
-    }
-    if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, z, 0);
-    i += inserted; /* past the first layers' gathers placed before n */
+static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, ZeroGroup z, int from);
+
+/* The readers index's list for p in g, from position `from` on (*r, its length), or -1: none (g is not the top
+ * graph, p is not in the index, or its nodes are not all there in order). */
+static int reader_list(const Graph *g, const Value *p, int from, const Node *const **r) {
+  intptr_t k;
+  if (g != top.g || !ptrmap_get(&top.at, p, &k)) return -1;
+  const Node *const *v = top.node + top.start[k - 1];
+  int n = top.len[k - 1], end = g->nnodes - zero_before_pending(before, g);
+  for (int q = 0, i = from; q < n; q++, i++) {
+    while (i < end && g->nodes[i] != v[q]) i++;
+    if (i == end) return -1;
   }
+  if (top.audit) { /* the scan's readers: the same nodes */
+    int m = 0;
+    for (int i = from; i < end; i++) {
+      const Node *x = g->nodes[i];
+      bool reads = x->body && reads_deep(x->body, p);
+      for (int j = 0; j < x->nin && !reads; j++) reads = x->in[j] == p;
+      if (reads && (m == n || v[m++] != x))
+        die("zero: the readers index of %%%d lost a reader (node %d, position %d)", p->id, x->id, i);
+    }
+    if (m != n) die("zero: the readers index of %%%d has %d readers, the graph %d", p->id, n, m);
+  }
+  *r = v;
+  return n;
+}
+
+/* gather_uses' work at node n, at position i of g: returns n's position after it plus the nodes inserted
+ * right after n (the scan goes on after them). */
+static int gather_reader(Graph *g, Node *n, int i, Value *p, const Value *whole, const Node *u, int d, ZeroGroup z) {
+  if (n == u) return i;
+  int inserted = 0;
+  for (int j = 0; j < n->nin; j++) {
+    if (n->in[j] != p) continue;
+    if (n->op == OP_REPEAT) {
+      Graph *b = n->body;
+      Node *an = b->args[j];
+      Value *arg = an->out[0], old = *arg;
+      uint64_t v0 = b->version; /* (b's reads of the values around it stay: ir_use_memo_keep) */
+      bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
+      zero_split_type(arg, &old, xs ? d - 1 : d, z);
+      int k = xs ? prefetch_layer(g, n, i + inserted, j, &old, d - 1, z) : -1; /* the next layer's gather in flight */
+      if (k >= 0) {
+        ir_use_memo_keep(use_memo, b, v0);
+        inserted += k;
+        j++; /* (the new carry shifted p's input by one) */
+        continue;
+      }
+      gather_for_readers(b, arg, &old, xs ? d - 1 : d, z, an);
+      ir_use_memo_keep(use_memo, b, v0);
+    } else if (n->op == OP_CAST && readers_can_gather(g, n->out[0], u, d) && !is_result_of(g, n->out[0])) {
+      /* the gather moves past a cast (bf16 compute: the loops read the parameter's bf16 copy):
+       * the cast of the shard is the shard of the cast, so the copy is kept split and each of
+       * its readers gathers it (per layer in the loops, in bf16: half the bytes) */
+      Value *y = n->out[0], wy = *y;
+      zero_split_type(y, &wy, d, z);
+      gather_uses(g, y, &wy, u, d, z, i + 1); /* (y's readers: after its node) */
+      break;
+    } else if (n->op == OP_SLICE && n->a.axis != d && readers_can_gather(g, n->out[0], u, d) &&
+               !is_result_of(g, n->out[0])) {
+      /* the gather moves past a slice along another dim (a pipeline stage's rows of the stack:
+       * an interleaved chunk's, an uneven stage's count): the slice of the shard is the shard of
+       * the slice, so the rows stay split and their loops gather them a layer at a time */
+      Value *y = n->out[0], wy = *y;
+      zero_split_type(y, &wy, d, z);
+      gather_uses(g, y, &wy, u, d, z, i + 1); /* (y's readers: after its node) */
+      break;
+    } else { /* this reader's own gather, right before it */
+      Value *whole_p = zero_gather_new(g, p, whole, d, z, n->loc);
+      ir_move_last(g, i++);
+      for (int k = 0; k < n->nin; k++)
+        if (n->in[k] == p) n->in[k] = whole_p;
+      break;
+    }
+  }
+  if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, z, 0);
+  return i + inserted; /* past the first layers' gathers placed before n */
+}
+
+static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, ZeroGroup z, int from) {
+  const Node *const *r;
+  int nr = reader_list(g, p, from, &r);
+  if (nr >= 0) { /* the readers index's nodes, each found by its address from the last one's place on */
+    for (int k = 0, i = from; k < nr; k++) {
+      while (g->nodes[i] != r[k]) i++;
+      i = gather_reader(g, g->nodes[i], i, p, whole, u, d, z) + 1;
+    }
+    return;
+  }
+  for (int i = from; i < g->nnodes - zero_before_pending(before, g); i++) /* (not the nodes to place later) */
+    i = gather_reader(g, g->nodes[i], i, p, whole, u, d, z);
 }
 
 /* ZeRO-3: p is stored split along d; every reader gathers it right before it reads it. */
