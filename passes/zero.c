@@ -200,20 +200,6 @@ static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, ZeroGroup 
   return gr;
 }
 
-/* True when a repeat in g or in a body nested in it (the accumulation region's layer loops)
- * reads p (or a cast of it: bf16 compute) as one of its xs: p is a stacked layer parameter [L, ..]. */
-static bool read_as_xs(const Graph *g, const Value *p) {
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    if (n->op == OP_CAST && n->in[0] == p && read_as_xs(g, n->out[0])) return true; /* bf16: its copy */
-    if (!n->body) continue;
-    for (int j = n->a.ncarry; j < n->a.ncarry + n->a.nxs; j++)
-      if (n->in[j] == p) return true;
-    if (read_as_xs(n->body, p)) return true;
-  }
-  return false;
-}
-
 /* y = all_gather(x) over the group along d, typed `whole`, appended to g. */
 Value *zero_gather_new(Graph *g, Value *x, const Value *whole, int d, ZeroGroup z, SrcLoc loc) {
   Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, loc);
@@ -236,7 +222,7 @@ static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage, int64_t *sav
   /* a layer's stacked parameter that ZeRO-3 gathers per layer: under accumulation its gradient
    * comes from the micro-step region's sum, not the backward loop, but the layer loops inside
    * the region still read it per layer */
-  bool stacked = looped || (stage >= 3 && read_as_xs(g, p));
+  bool stacked = looped || (stage >= 3 && zero_read_as_xs(g, p));
   int d = shard_dim(p, z.deg, stage >= 2 && stacked ? 1 : 0);
   if (d < 0 && stage >= 2 && stacked) d = shard_dim(p, z.deg, 0); /* then as ZeRO-1 */
   if (d < 0 || p->def->op != OP_PARAM) return false;

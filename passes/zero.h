@@ -81,6 +81,9 @@ int zero_position(const Graph *g, const Node *n);
  * layer loop's body keep (ir_use_memo_keep). */
 void zero_gather_begin(Graph *g, IrUseMemo *memo);
 void zero_gather_end(void);
+/* True when a repeat in g or in a body nested in it (the accumulation region's layer loops) reads p (or a
+ * cast of it: bf16 compute) as one of its xs: p is a stacked layer parameter [L, ..] (asked under stage 3). */
+bool zero_read_as_xs(const Graph *g, const Value *p);
 /* Whether parameter p (updated by u) can be stored split along d: not when a repeat carries it, a result names
  * it, or it is under the persistence threshold (per layer when stacked). */
 bool zero_can_split_param(const Graph *g, const Value *p, const Node *u, int d, bool stacked);

@@ -41,6 +41,8 @@ static struct {
   PtrMap at;           /* value -> 1 + its list's number */
   int *start, *len;    /* list k: node[start[k] .. start[k] + len[k]) */
   const Node **node;
+  const Node **yield; /* [nyield]: the top repeats whose bodies yield a capture unchanged (readers_can_gather) */
+  int nyield;
   bool audit;
 } top;
 
@@ -89,6 +91,12 @@ static void index_build(const Graph *g) {
   for (int i = 0; i < g->nnodes; i++) each_read(g->nodes[i], add_read);
   free(last);
   last = NULL;
+  top.yield = malloc(sizeof *top.yield * (size_t)(g->nnodes + 1));
+  if (!top.yield) die("out of memory");
+  top.nyield = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_REPEAT && zero_captures_yields_outer(captures, g->nodes[i]->body))
+      top.yield[top.nyield++] = g->nodes[i];
   const char *e = getenv("SHARDC_VERIFY");
   top.audit = e && strcmp(e, "audit") == 0;
   top.g = g;
@@ -108,34 +116,90 @@ void zero_gather_end(void) {
   zero_captures_free(captures);
   captures = NULL;
   ptrmap_free(&top.at);
-  free(top.start), free(top.len), free(top.node);
+  free(top.start), free(top.len), free(top.node), free(top.yield);
   memset(&top, 0, sizeof top);
   use_memo = NULL;
 }
 
+/* p's list in the readers index (*r; its length), or -1: g is not the top graph or p is not in the index. */
+static int index_list(const Graph *g, const Value *p, const Node *const **r) {
+  intptr_t k;
+  if (g != top.g || !ptrmap_get(&top.at, p, &k)) return -1;
+  *r = top.node + top.start[k - 1];
+  return top.len[k - 1];
+}
+
+static bool readers_can_gather(const Graph *g, const Value *p, const Node *u, int d);
+
+/* readers_can_gather's question of node n of g: false where n refuses (a repeat carrying p, yielding its
+ * argument unchanged, or taking it as xs split at the layer dim), or a reader in its body does. */
+static bool node_can_gather(const Node *n, const Value *p, const Node *u, int d) {
+  if (n == u || n->op != OP_REPEAT) return true;
+  for (int j = 0; j < n->nin; j++) {
+    if (n->in[j] != p) continue;
+    const Graph *b = n->body;
+    bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
+    if (j < n->a.ncarry || (xs && d < 1)) return false;
+    for (int k = 0; k < b->nresults; k++)
+      if (b->results[k] == b->args[j]->out[0]) return false;
+  }
+  /* (a body that reads no p and yields no capture unchanged has no reader of p to refuse: skipped) */
+  if (captures && !zero_captures_reads(captures, n->body, p) && !zero_captures_yields_outer(captures, n->body))
+    return true;
+  return readers_can_gather(n->body, p, u, d);
+}
+
+static bool can_gather_scan(const Graph *g, const Value *p, const Node *u, int d) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (!node_can_gather(g->nodes[i], p, u, d)) return false;
+  return true;
+}
+
 /* Whether every reader of p in g (and in the bodies nested in it, which capture p: the micro-step
  * region) can read it gathered: no repeat carries it or yields it unchanged, no xs split at the
- * layer dim (d < 1), no result names it. */
+ * layer dim (d < 1), no result names it. In the top graph, the repeats its readers index lists for p and
+ * those yielding a capture unchanged are asked, the others having no reader of p (the answer does not
+ * depend on the order); SHARDC_VERIFY=audit asks every node too. */
 static bool readers_can_gather(const Graph *g, const Value *p, const Node *u, int d) {
   for (int i = 0; i < g->nresults; i++)
     if (g->results[i] == p) return false;
+  const Node *const *r;
+  int nr = index_list(g, p, &r);
+  if (nr < 0) return can_gather_scan(g, p, u, d);
+  bool ok = true;
+  for (int k = 0; k < nr && ok; k++) ok = node_can_gather(r[k], p, u, d);
+  for (int k = 0; k < top.nyield && ok; k++) ok = node_can_gather(top.yield[k], p, u, d);
+  if (top.audit && ok != can_gather_scan(g, p, u, d)) die("zero: the readers index answers %%%d's gather wrongly", p->id);
+  return ok;
+}
+
+static bool read_as_xs_scan(const Graph *g, const Value *p) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n == u || n->op != OP_REPEAT) continue;
-    for (int j = 0; j < n->nin; j++) {
-      if (n->in[j] != p) continue;
-      const Graph *b = n->body;
-      bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
-      if (j < n->a.ncarry || (xs && d < 1)) return false;
-      for (int k = 0; k < b->nresults; k++)
-        if (b->results[k] == b->args[j]->out[0]) return false;
-    }
-    /* (a body that reads no p and yields no capture unchanged has no reader of p to refuse: skipped) */
-    if (captures && !zero_captures_reads(captures, n->body, p) && !zero_captures_yields_outer(captures, n->body))
-      continue;
-    if (!readers_can_gather(n->body, p, u, d)) return false;
+    if (n->op == OP_CAST && n->in[0] == p && read_as_xs_scan(g, n->out[0])) return true; /* bf16: its copy */
+    if (!n->body) continue;
+    for (int j = n->a.ncarry; j < n->a.ncarry + n->a.nxs; j++)
+      if (n->in[j] == p) return true;
+    if (read_as_xs_scan(n->body, p)) return true;
   }
-  return true;
+  return false;
+}
+
+/* In the top graph, only p's readers by its readers index (a node that reads p neither directly nor in its
+ * body cannot answer yes); SHARDC_VERIFY=audit asks the scan too. */
+bool zero_read_as_xs(const Graph *g, const Value *p) {
+  const Node *const *r;
+  int nr = index_list(g, p, &r);
+  if (nr < 0) return read_as_xs_scan(g, p);
+  bool got = false;
+  for (int k = 0; k < nr && !got; k++) {
+    const Node *n = r[k];
+    if (n->op == OP_CAST && n->in[0] == p) got = zero_read_as_xs(g, n->out[0]); /* bf16: its copy */
+    for (int j = n->body ? n->a.ncarry : 0; n->body && j < n->a.ncarry + n->a.nxs && !got; j++) got = n->in[j] == p;
+    if (n->body && !got) got = read_as_xs_scan(n->body, p);
+  }
+  if (top.audit && got != read_as_xs_scan(g, p)) die("zero: the readers index answers whether %%%d is read as xs wrongly", p->id);
+  return got;
 }
 
 /* ZeRO-3: can parameter p (updated by u) be stored split along d? Not when a repeat carries it,
