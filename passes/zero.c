@@ -160,6 +160,12 @@ bool zero_is_group_sum(const Node *n, ZeroGroup z) {
 
 /* Readers of gr in g: only the update u and sums of squares (the clip); and results. */
 static bool grad_readers_ok(const Graph *g, const Value *gr, const Node *u) {
+  const Node *const *r;
+  int nr = zero_readers(g, gr, &r); /* (the top graph under ZeRO-3: its readers index, which lists them all) */
+  for (int k = 0; k < nr; k++)
+    for (int j = 0; j < r[k]->nin; j++)
+      if (r[k]->in[j] == gr && r[k] != u && r[k]->op != OP_SUMSQ) return false;
+  if (nr >= 0) return true;
   for (int i = 0; i < g->nnodes; i++)
     for (int j = 0; j < g->nodes[i]->nin; j++)
       if (g->nodes[i]->in[j] == gr && g->nodes[i] != u && g->nodes[i]->op != OP_SUMSQ) return false;
@@ -181,7 +187,7 @@ static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, ZeroGroup 
     if (summed) return summed;
     Value *sh = scatter_at(g, src->in[gr->idx], gr, src, d, z);
     zero_drop_member(g, src, gr->idx);
-    ir_replace_uses(g, gr, sh);
+    zero_replace_uses(g, gr, sh);
     return sh;
   }
   if (src->op != OP_REPEAT || gr->idx < src->a.ncarry || d < 1) return NULL;

@@ -81,6 +81,16 @@ int zero_position(const Graph *g, const Node *n);
  * layer loop's body keep (ir_use_memo_keep). */
 void zero_gather_begin(Graph *g, IrUseMemo *memo);
 void zero_gather_end(void);
+/* The top graph's readers index (zero_gather.c; stage 3, between zero_gather_begin and zero_gather_end): the nodes
+ * of g reading v, directly or in their bodies, in g's order (*r, their number), or -1 where it does not hold them
+ * (g not the top graph, v not in it or left it). It is as the pass began: asked about a parameter's values and its
+ * gradient's only, which no rewrite of another parameter changes the readers of. SHARDC_VERIFY=audit checks that
+ * each node reading v is listed. */
+int zero_readers(const Graph *g, const Value *v, const Node *const **r);
+/* ir_count_uses(g, v) and ir_replace_uses(g, from, to) through the index where it holds the readers (from and to
+ * then leave it). */
+int zero_count_uses(const Graph *g, const Value *v);
+void zero_replace_uses(Graph *g, Value *from, Value *to);
 /* True when a repeat in g or in a body nested in it (the accumulation region's layer loops) reads p (or a
  * cast of it: bf16 compute) as one of its xs: p is a stacked layer parameter [L, ..] (asked under stage 3). */
 bool zero_read_as_xs(const Graph *g, const Value *p);

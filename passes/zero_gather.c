@@ -121,12 +121,60 @@ void zero_gather_end(void) {
   use_memo = NULL;
 }
 
-/* p's list in the readers index (*r; its length), or -1: g is not the top graph or p is not in the index. */
+/* p's list in the readers index (*r; its length), or -1: g is not the top graph or p is not in the index (or
+ * left it: zero_replace_uses). */
 static int index_list(const Graph *g, const Value *p, const Node *const **r) {
   intptr_t k;
-  if (g != top.g || !ptrmap_get(&top.at, p, &k)) return -1;
+  if (g != top.g || !ptrmap_get(&top.at, p, &k) || k <= 0) return -1;
   *r = top.node + top.start[k - 1];
   return top.len[k - 1];
+}
+
+/* SHARDC_VERIFY=audit: every node of g that reads v is in its list r (which may hold a body's reader too). */
+static void audit_direct(const Graph *g, const Value *v, const Node *const *r, int nr) {
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++) {
+      if (g->nodes[i]->in[j] != v) continue;
+      int k = 0;
+      while (k < nr && r[k] != g->nodes[i]) k++;
+      if (k == nr) die("zero: the readers index of %%%d lost a reader (node %d)", v->id, g->nodes[i]->id);
+    }
+}
+
+int zero_readers(const Graph *g, const Value *v, const Node *const **r) {
+  int nr = index_list(g, v, r);
+  if (nr >= 0 && top.audit) audit_direct(g, v, *r, nr);
+  return nr;
+}
+
+int zero_count_uses(const Graph *g, const Value *v) {
+  const Node *const *r;
+  int nr = zero_readers(g, v, &r), c = 0;
+  if (nr < 0) return ir_count_uses(g, v);
+  for (int k = 0; k < nr; k++)
+    for (int j = 0; j < r[k]->nin; j++) c += r[k]->in[j] == v;
+  if (top.audit && c != ir_count_uses(g, v)) die("zero: the readers index counts %d reads of %%%d, the graph %d", c, v->id, ir_count_uses(g, v));
+  return c;
+}
+
+void zero_replace_uses(Graph *g, Value *from, Value *to) {
+  const Node *const *r;
+  int nr = zero_readers(g, from, &r);
+  if (nr < 0) {
+    ir_replace_uses(g, from, to);
+    return;
+  }
+  bool changed = false;
+  for (int k = 0; k < nr; k++) {
+    Node *n = (Node *)r[k];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == from) n->in[j] = to, changed = true;
+  }
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == from) g->results[i] = to, changed = true;
+  if (changed) ir_touch(g);
+  ptrmap_put(&top.at, from, 0), ptrmap_put(&top.at, to, 0); /* (their lists are not theirs now: the scan) */
+  if (top.audit && ir_count_uses(g, from)) die("zero: %%%d still read after its readers index's replacement", from->id);
 }
 
 static bool readers_can_gather(const Graph *g, const Value *p, const Node *u, int d);

@@ -232,7 +232,11 @@ static bool mean_of_sum(const Graph *gg, const Value *y, ZeroGroup z, Node **mea
   if (x->def->graph != gg) return false;
   const Value *vs[2] = {x, x->def->op == OP_SCALE ? x->def->in[0] : NULL}; /* (s2 below: one walk of gg for both) */
   int uses[2];
-  ir_count_uses_n(gg, 2, vs, uses, NULL);
+  const Node *const *r;
+  if (zero_readers(gg, vs[0], &r) >= 0) /* (the top graph under ZeRO-3: its readers index) */
+    uses[0] = zero_count_uses(gg, vs[0]), uses[1] = vs[1] ? zero_count_uses(gg, vs[1]) : 0;
+  else
+    ir_count_uses_n(gg, 2, vs, uses, NULL);
   if (uses[0] != 1 || !ir_shape_eq(&x->shape, &y->shape)) return false;
   for (int i = 0; i < gg->nresults; i++)
     if (gg->results[i] == x) return false;
@@ -583,7 +587,7 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z, IrUseMemo 
   }
   if (mean) retype(x, d, z);
   x->name = gr->name;
-  ir_replace_uses(g, gr, x);
+  zero_replace_uses(g, gr, x);
   for (int i = 0; i < g->nresults; i++)
     if (g->results[i] == gr) g->results[i] = x;
   zero_drop_member(g, ar, gr->idx);
