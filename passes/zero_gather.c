@@ -10,6 +10,10 @@
  * The gather moves past the parameter's bf16 cast and past a slice along another dim (a pipeline
  * stage's or chunk's rows), which are kept split. zero.c's header comment describes ZeRO-3 as a whole;
  * a body's captures are found once (passes/zero_captures.c).
+ *
+ * The pass's questions of the step (the top graph) go to a readers index made when the pass begins (value ->
+ * the step's nodes reading it, in order; see `top` below): gather_uses, readers_can_gather, zero_read_as_xs
+ * here, and the gradient's in zero.c and zero_sums.c (zero_readers, zero_count_uses, zero_replace_uses).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,14 +35,15 @@ static ZeroCaptures *captures;
 /* During pass_zero: the top graph's readers index, for gather_uses. For each value the top graph's nodes read
  * (an input, or a capture of the node's body: zero_captures_list), those nodes, each once, in the graph's
  * order, as the pass began. gather_uses walks a value's list instead of the whole step (Llama-3-405B pp 16 x
- * cp 2: 33k-206k nodes, four walks per parameter). It stays the list of the readers of what gather_uses asks
- * about, p and the casts and slices of it, since the rewrites of the parameters before p (their gathers, the
- * prefetch's carries, the gradients' scatters) add no reader of p nor of its casts and slices, remove none,
- * and move none past another (nodes are inserted, the step's order kept): a list is taken only where its nodes
- * are found in that order (else the scan), and SHARDC_VERIFY=audit checks each list against the scan. */
+ * cp 2: 33k-206k nodes, four walks per parameter). It stays the list of the readers of what the pass asks
+ * about, p, the casts and slices of it and its gradient, since the rewrites of the parameters before p (their
+ * gathers, the prefetch's carries, the gradients' scatters) add no reader of those, remove none, and move none
+ * past another (nodes are inserted, the step's order kept): a list is walked in order only where its nodes are
+ * found in that order (else the scan), a value whose readers the pass replaces (zero_replace_uses) leaves the
+ * index, and SHARDC_VERIFY=audit checks each list, count and answer against the scan. */
 static struct {
   const Graph *g;      /* the top graph (NULL: none) */
-  PtrMap at;           /* value -> 1 + its list's number */
+  PtrMap at;           /* value -> 1 + its list's number (0: it left the index) */
   int *start, *len;    /* list k: node[start[k] .. start[k] + len[k]) */
   const Node **node;
   const Node **yield; /* [nyield]: the top repeats whose bodies yield a capture unchanged (readers_can_gather) */
