@@ -361,6 +361,13 @@ static const OuterReads *outer_reads(const Graph *b, IrUseMemo *m) {
   return o;
 }
 
+void ir_use_memo_keep(IrUseMemo *m, const Graph *b, uint64_t v0) {
+  intptr_t got;
+  if (!m || !ptrmap_get(&m->of, b, &got)) return;
+  OuterReads *o = (OuterReads *)got;
+  if (o->version == v0) o->version = b->version;
+}
+
 /* SHARDC_VERIFY=audit (the tests, the fuzzer): a memo's counts are checked against a fresh walk's. */
 static void audit_memo(const Graph *g, const PtrMap *before, const PtrMap *counts, bool only_keys) {
   PtrMap fresh = {0};

@@ -401,6 +401,10 @@ typedef struct IrUseMemo IrUseMemo;
 IrUseMemo *ir_use_memo_new(void);
 void ir_use_memo_free(IrUseMemo *m);
 void ir_use_counts_outer(const Graph *g, PtrMap *counts, bool only_keys, IrUseMemo *memo);
+/* The caller changed body b since its version v0 without changing what b reads of the values around it (nodes
+ * added and inputs rewired among b's own values; no node with a body added or removed): the memo's list for b,
+ * if current at v0, is current still (not walked again). SHARDC_VERIFY=audit checks it at the next count. */
+void ir_use_memo_keep(IrUseMemo *m, const Graph *b, uint64_t v0);
 
 /* ---- checking and printing ------------------------------------------- */
 /* Structural verifier: topological order, arity, dtypes/shape rank sanity, region

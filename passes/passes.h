@@ -37,7 +37,8 @@ bool pass_grad_buckets(Module *m); /* data-parallel gradient all-reduces: into t
 /* `zb_w auto`'s why from Plan.fit (Module.zbw.why where why_fit), as wshadow_auto_why. */
 const char *recompute_zbw_auto_why(Module *m);
 bool pass_recompute(Module *m); /* plan recompute full|selective: backward loops recompute their block's activations */
-bool pass_zero(Module *m);      /* ZeRO (plan `zero N`): optimizer state, gradients, parameters sharded over dp */
+bool pass_zero(Module *m);      /* ZeRO (plan `zero N`): optimizer state, gradients, parameters sharded over dp
+                                   (passes/zero.c; ZeRO-3's gathers zero_gather.c, accumulation's sums zero_sums.c) */
 bool pass_zero_defer(Module *m);    /* ZeRO-2/3: a backward loop's scatters' readers moved after the loop (passes/zero_defer.c) */
 bool pass_zero_late(Module *m);     /* pp, zb, ZeRO-2/3: a non-layer gradient's dp scatter after B issued after its stage's W loop (passes/zero_late.c) */
 bool pass_zero_coalesce(Module *m); /* ZeRO-3: the gathers issued at one point as one all-gather; ZeRO-2/3: a loop body's scatters as one (passes/zero_coalesce.c) */

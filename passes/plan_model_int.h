@@ -1,5 +1,6 @@
-/* passes/plan_model_int.h — what plan_model.c, plan_model_pp.c (the pipeline schedules' profiles, zb's
- * hand-off, the balanced split) and plan_model_zero.c (ZeRO's dp collectives) share; not for other passes. */
+/* passes/plan_model_int.h — what plan_model.c (the estimate), plan_model_init.c (the figures from the base plan),
+ * plan_model_pp.c (the pipeline schedules' profiles, zb's hand-off, the balanced split) and plan_model_zero.c
+ * (ZeRO's dp collectives) share; not for other passes. */
 #pragma once
 
 #include "plan_model.h"
@@ -71,6 +72,11 @@ double zb_held_units(const PlanModel *pm, RecomputeKind r);
 double zb_freed_units(const PlanModel *pm, RecomputeKind r, double kept, double unheld, double *rep);
 double sel_act_units(const PlanModel *pm, int cp);
 double none_act_units(const PlanModel *pm);
+
+/* plan_model_estimate's e again for the split n (n[k] layers on (virtual) stage k), with e's decisions (its
+ * deferred waits, zb's hold): plan_model_init.c's calibration at the base plan's own uneven split. */
+void plan_model_estimate_split(PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c,
+                               const int64_t *n, PlanEstimate *e);
 
 /* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
 static inline double ring_s(double bytes, double factor, int n, double bw, double lat) {

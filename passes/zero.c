@@ -43,7 +43,8 @@
  * again backward) per iteration before the layer's first use of its slice, at top level one
  * all_gather per reading node (a tied embedding: the embedding, the head, the head's backward) —
  * and memplan frees each gathered copy after its use. The update writes the shard and no final
- * all-gather follows. Parameters under ZERO3_PERSIST_NUMEL elements per layer stay whole (as
+ * all-gather follows (the readers' rewriting: passes/zero_gather.c). Parameters under ZERO3_PERSIST_NUMEL
+ * elements per layer stay whole (as
  * ZeRO-2), as does one a repeat carries. The gathers are asynchronous (codegen); a layer loop gathers
  * one layer ahead (prefetch_layer: the loop carries the gathered layer, each iteration starts the
  * next layer's gather at its front). Under bf16 compute a gather moves past the parameter's bf16
@@ -72,11 +73,6 @@
 #include "ptrmap.h"
 #include "zero.h"
 
-/* ZeRO-3's persistence threshold: a parameter with fewer elements than this (per layer, when
- * stacked) stays whole on every rank (norm gains, biases): gathering it would cost more in
- * latency than it saves in memory (DeepSpeed's stage3_param_persistence_threshold, smaller). */
-enum { ZERO3_PERSIST_NUMEL = 1024 };
-
 /* The first dim of v's shape from `from` on that no mesh axis splits and that deg divides, else -1. */
 static int shard_dim(const Value *v, int deg, int from) {
   for (int d = from; d < v->shape.rank; d++)
@@ -84,7 +80,7 @@ static int shard_dim(const Value *v, int deg, int from) {
   return -1;
 }
 
-static int position(const Graph *g, const Node *n) {
+int zero_position(const Graph *g, const Node *n) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i] == n) return i;
   die("zero: node not in its graph");
@@ -151,7 +147,7 @@ static Value *scatter_at(Graph *g, Value *x, const Value *like, Node *ar, int d,
   rs->a.axis = d;
   zero_split_type(rs->out[0], like, d, z);
   rs->out[0]->name = like->name;
-  ir_move_last(g, position(g, ar));
+  ir_move_last(g, zero_position(g, ar));
   return rs->out[0];
 }
 
@@ -164,6 +160,12 @@ bool zero_is_group_sum(const Node *n, ZeroGroup z) {
 
 /* Readers of gr in g: only the update u and sums of squares (the clip); and results. */
 static bool grad_readers_ok(const Graph *g, const Value *gr, const Node *u) {
+  const Node *const *r;
+  int nr = zero_readers(g, gr, &r); /* (the top graph under ZeRO-3: its readers index, which lists them all) */
+  for (int k = 0; k < nr; k++)
+    for (int j = 0; j < r[k]->nin; j++)
+      if (r[k]->in[j] == gr && r[k] != u && r[k]->op != OP_SUMSQ) return false;
+  if (nr >= 0) return true;
   for (int i = 0; i < g->nnodes; i++)
     for (int j = 0; j < g->nodes[i]->nin; j++)
       if (g->nodes[i]->in[j] == gr && g->nodes[i] != u && g->nodes[i]->op != OP_SUMSQ) return false;
@@ -185,7 +187,7 @@ static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, ZeroGroup 
     if (summed) return summed;
     Value *sh = scatter_at(g, src->in[gr->idx], gr, src, d, z);
     zero_drop_member(g, src, gr->idx);
-    ir_replace_uses(g, gr, sh);
+    zero_replace_uses(g, gr, sh);
     return sh;
   }
   if (src->op != OP_REPEAT || gr->idx < src->a.ncarry || d < 1) return NULL;
@@ -204,57 +206,6 @@ static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, ZeroGroup 
   return gr;
 }
 
-/* True when a repeat in g or in a body nested in it (the accumulation region's layer loops)
- * reads p (or a cast of it: bf16 compute) as one of its xs: p is a stacked layer parameter [L, ..]. */
-static bool read_as_xs(const Graph *g, const Value *p) {
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    if (n->op == OP_CAST && n->in[0] == p && read_as_xs(g, n->out[0])) return true; /* bf16: its copy */
-    if (!n->body) continue;
-    for (int j = n->a.ncarry; j < n->a.ncarry + n->a.nxs; j++)
-      if (n->in[j] == p) return true;
-    if (read_as_xs(n->body, p)) return true;
-  }
-  return false;
-}
-
-/* During pass_zero: each body's captures (passes/zero_captures.c), for reads_deep and
- * readers_can_gather; NULL: none. */
-static ZeroCaptures *captures;
-
-/* Whether every reader of p in g (and in the bodies nested in it, which capture p: the micro-step
- * region) can read it gathered: no repeat carries it or yields it unchanged, no xs split at the
- * layer dim (d < 1), no result names it. */
-static bool readers_can_gather(const Graph *g, const Value *p, const Node *u, int d) {
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == p) return false;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    if (n == u || n->op != OP_REPEAT) continue;
-    for (int j = 0; j < n->nin; j++) {
-      if (n->in[j] != p) continue;
-      const Graph *b = n->body;
-      bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
-      if (j < n->a.ncarry || (xs && d < 1)) return false;
-      for (int k = 0; k < b->nresults; k++)
-        if (b->results[k] == b->args[j]->out[0]) return false;
-    }
-    /* (a body that reads no p and yields no capture unchanged has no reader of p to refuse: skipped) */
-    if (captures && !zero_captures_reads(captures, n->body, p) && !zero_captures_yields_outer(captures, n->body))
-      continue;
-    if (!readers_can_gather(n->body, p, u, d)) return false;
-  }
-  return true;
-}
-
-/* ZeRO-3: can parameter p (updated by u) be stored split along d? Not when a repeat carries it,
- * a result names it, or it is under the persistence threshold (per layer when stacked). */
-static bool can_split_param(const Graph *g, const Value *p, const Node *u, int d, bool stacked) {
-  int64_t per = ir_numel(&p->shape) / (stacked ? p->shape.dim[0] : 1);
-  if (per < ZERO3_PERSIST_NUMEL) return false;
-  return readers_can_gather(g, p, u, d);
-}
-
 /* y = all_gather(x) over the group along d, typed `whole`, appended to g. */
 Value *zero_gather_new(Graph *g, Value *x, const Value *whole, int d, ZeroGroup z, SrcLoc loc) {
   Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, loc);
@@ -267,233 +218,6 @@ Value *zero_gather_new(Graph *g, Value *x, const Value *whole, int d, ZeroGroup 
   return ag->out[0];
 }
 
-/* y = all_gather(x) over dp along d (typed `whole`) in body g, x the argument node `an` binds (a
- * layer's slice of the stored shard): every reader of x in g but the gather reads y. The gather
- * goes to the front of the body, after its arguments (`an` moves there too): codegen starts it
- * asynchronously and waits before its first reader, so a layer's gathers are all in flight while
- * its first operations run (within the iteration: no prefetch of the next layer). */
-static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, ZeroGroup z, Node *an) {
-  const Node *first = NULL; /* its location names the gather */
-  for (int i = 0; i < g->nnodes && !first; i++)
-    for (int j = 0; j < g->nodes[i]->nin; j++)
-      if (g->nodes[i]->in[j] == x) first = g->nodes[i];
-  if (!first) return;
-  int pa = position(g, an);
-  memmove(&g->nodes[1], &g->nodes[0], sizeof(Node *) * (size_t)pa);
-  g->nodes[0] = an;
-  Node *ag = zero_gather_new(g, x, whole, d, z, first->loc)->def;
-  int at = 0;
-  while (at < g->nnodes - 1 && g->nodes[at]->op == OP_ARG) at++;
-  ir_move_last(g, at);
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i] != ag)
-      for (int j = 0; j < g->nodes[i]->nin; j++)
-        if (g->nodes[i]->in[j] == x) g->nodes[i]->in[j] = ag->out[0];
-}
-
-static bool reads_deep(const Graph *g, const Value *p);
-
-/* During split_param: the prefetch's nodes of its graph, placed once it is done (passes/zero_before.c). */
-static ZeroBefore *before;
-
-static bool is_result_of(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return true;
-  return false;
-}
-
-/* A fresh output value of n (its index set by the caller), typed like `like`. */
-static Value *new_output(Graph *g, Node *n, const Value *like) {
-  Value *v = ARENA_NEW(g->arena, Value);
-  v->def = n;
-  v->id = g->next_value_id++;
-  v->dtype = like->dtype;
-  v->shape = like->shape;
-  v->sharding = like->sharding;
-  v->name = like->name;
-  v->offset = -1;
-  return v;
-}
-
-/* Inserts at position at of arr (n long, room for n + 1). */
-static void insert_at(void **arr, int n, int at, void *x) {
-  memmove(&arr[at + 1], &arr[at], sizeof(void *) * (size_t)(n - at));
-  arr[at] = x;
-}
-
-/* ZeRO-3's prefetch: layer loop n (in g) reads the stored shard p = n->in[j] as a stacked input,
- * its body's argument x being a layer's shard (split along dl). Instead of gathering x at the
- * front of its own iteration, the loop carries the gathered layer: before the loop, the first
- * layer's row of p is gathered (the carry's initial value); each iteration computes with the
- * carried layer and starts, at its front, the gather of the next layer's row (x becomes an
- * `arg next`: row i+1, reverse i-1), which it yields as the next carry; codegen waits for it at the
- * end of the iteration, so it is in flight while the whole layer computes. The last iteration's
- * gather (the first row again, modulo count) would be unread: it is `skiplast`, not issued there
- * (interpreter, codegen, cost, traffic report), so a loop of L layers gathers L rows. Two layers'
- * gathered parameters are live at once: the carry and the next one. pos: n's position in g. Returns
- * the nodes inserted into g before n (3; 0 where recorded in `before`, placed later), or -1 when the body
- * does not read x. */
-static int prefetch_layer(Graph *g, Node *n, int pos, int j, const Value *whole, int dl, ZeroGroup z) {
-  Graph *b = n->body;
-  Node *an = b->args[j];
-  Value *x = an->out[0], *p = n->in[j];
-  if (!reads_deep(b, x)) return -1;
-  SrcLoc loc = n->loc;
-  int nc = n->a.ncarry;
-  /* the first layer's gather, before the loop */
-  Attrs sa = {0};
-  sa.axis = 0;
-  sa.start = n->a.reverse ? n->a.count - 1 : 0;
-  sa.len = 1;
-  Shape s1 = p->shape;
-  s1.dim[0] = 1;
-  Value *row = ir_emit(g, OP_SLICE, 1, &p, p->dtype, s1, &sa, loc);
-  row->sharding = p->sharding;
-  Value *r0 = ir_emit(g, OP_RESHAPE, 1, &row, x->dtype, x->shape, NULL, loc);
-  r0->sharding = x->sharding;
-  Value *w0 = zero_gather_new(g, r0, whole, dl, z, loc);
-  int moved = 0; /* the three before n: placed later, all at once, where g is the parameter's (before) */
-  if (before && before->g == g) {
-    zero_before_add(before, n, row->def), zero_before_add(before, n, r0->def), zero_before_add(before, n, w0->def);
-  } else { /* to pos, g's later nodes moved once, not three times */
-    memmove(&g->nodes[pos + 3], &g->nodes[pos], sizeof(Node *) * (size_t)(g->nnodes - 3 - pos));
-    g->nodes[pos] = row->def, g->nodes[pos + 1] = r0->def, g->nodes[pos + 2] = w0->def;
-    ir_touch(g);
-    moved = 3;
-  }
-  /* a new carry, the last one: input w0, output the last gathered layer, body argument wc */
-  Arena *A = g->arena;
-  Value **in = ARENA_ARRAY(A, Value *, n->nin + 1);
-  memcpy(in, n->in, sizeof(Value *) * (size_t)n->nin);
-  insert_at((void **)in, n->nin++, nc, w0);
-  n->in = in;
-  Value **out = ARENA_ARRAY(A, Value *, n->nout + 1);
-  memcpy(out, n->out, sizeof(Value *) * (size_t)n->nout);
-  insert_at((void **)out, n->nout++, nc, new_output(g, n, whole));
-  n->out = out;
-  for (int k = 0; k < n->nout; k++) n->out[k]->idx = k;
-  Node *wa = ir_node_new(b, OP_ARG, 0, NULL, 1, loc);
-  wa->out[0]->dtype = whole->dtype;
-  wa->out[0]->shape = whole->shape;
-  wa->out[0]->sharding = whole->sharding;
-  wa->out[0]->name = whole->name;
-  ir_move_last(b, 0);
-  Node **args = ARENA_ARRAY(b->arena, Node *, b->nargs + 1);
-  memcpy(args, b->args, sizeof(Node *) * (size_t)b->nargs);
-  insert_at((void **)args, b->nargs++, nc, wa);
-  b->args = args;
-  b->capargs = b->nargs;
-  for (int k = 0; k < b->nargs; k++) b->args[k]->a.index = k;
-  /* the body computes with the carried layer and gathers the next one at its front */
-  ir_replace_uses(b, x, wa->out[0]);
-  an->a.next = true;
-  int pa = position(b, an); /* the argument to the front, the gather right after the arguments */
-  memmove(&b->nodes[1], &b->nodes[0], sizeof(Node *) * (size_t)pa);
-  b->nodes[0] = an;
-  Value *wn = zero_gather_new(b, x, whole, dl, z, loc);
-  wn->def->a.skiplast = true; /* the last iteration's gather would be the first row again, unread */
-  int at = 0;
-  while (at < b->nnodes - 1 && b->nodes[at]->op == OP_ARG) at++;
-  ir_move_last(b, at);
-  Value **res = ARENA_ARRAY(b->arena, Value *, b->nresults + 1);
-  memcpy(res, b->results, sizeof(Value *) * (size_t)b->nresults);
-  insert_at((void **)res, b->nresults, nc, wn);
-  if (b->result_names) {
-    const char **nm = ARENA_ARRAY(b->arena, const char *, b->nresults + 1);
-    memcpy(nm, b->result_names, sizeof(char *) * (size_t)b->nresults);
-    insert_at((void **)nm, b->nresults, nc, NULL);
-    b->result_names = nm;
-  }
-  b->results = res;
-  b->nresults++;
-  b->capresults = b->nresults;
-  n->a.ncarry++;
-  return moved;
-}
-
-
-/* True when a node of g (or of a body nested in it) reads p. */
-static bool reads_deep(const Graph *g, const Value *p) {
-  if (captures && g->parent && p->def->graph != g) {
-    bool around = true; /* p of a graph around g: one of g's captures */
-    for (const Graph *h = p->def->graph; h && around; h = h->parent) around = h != g;
-    if (around) return zero_captures_reads(captures, g, p);
-  }
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    for (int j = 0; j < n->nin; j++)
-      if (n->in[j] == p) return true;
-    if (n->body && reads_deep(n->body, p)) return true;
-  }
-  return false;
-}
-
-/* ZeRO-3: every reader of p (stored split along d, `whole` its gathered type) in g gathers it
- * right before it reads it: a plain node its own gather (the forward's and the backward's are
- * separate, each freed after its use); a repeat that takes p as an input, per iteration in its
- * body, before the layer's first use of its slice; a body that captures p (the accumulation
- * region reads the parameters directly), the same rules inside it, so per micro-step. */
-static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, ZeroGroup z, int from) {
-  for (int i = from; i < g->nnodes - zero_before_pending(before, g); i++) { /* (not the nodes to place later) */
-    Node *n = g->nodes[i];
-    if (n == u) continue;
-    int inserted = 0;
-    for (int j = 0; j < n->nin; j++) {
-      if (n->in[j] != p) continue;
-      if (n->op == OP_REPEAT) {
-        Graph *b = n->body;
-        Node *an = b->args[j];
-        Value *arg = an->out[0], old = *arg;
-        bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
-        zero_split_type(arg, &old, xs ? d - 1 : d, z);
-        int k = xs ? prefetch_layer(g, n, i + inserted, j, &old, d - 1, z) : -1; /* the next layer's gather in flight */
-        if (k >= 0) {
-          inserted += k;
-          j++; /* (the new carry shifted p's input by one) */
-          continue;
-        }
-        gather_for_readers(b, arg, &old, xs ? d - 1 : d, z, an);
-      } else if (n->op == OP_CAST && readers_can_gather(g, n->out[0], u, d) && !is_result_of(g, n->out[0])) {
-        /* the gather moves past a cast (bf16 compute: the loops read the parameter's bf16 copy):
-         * the cast of the shard is the shard of the cast, so the copy is kept split and each of
-         * its readers gathers it (per layer in the loops, in bf16: half the bytes) */
-        Value *y = n->out[0], wy = *y;
-        zero_split_type(y, &wy, d, z);
-        gather_uses(g, y, &wy, u, d, z, i + 1); /* (y's readers: after its node) */
-        break;
-      } else if (n->op == OP_SLICE && n->a.axis != d && readers_can_gather(g, n->out[0], u, d) &&
-                 !is_result_of(g, n->out[0])) {
-        /* the gather moves past a slice along another dim (a pipeline stage's rows of the stack:
-         * an interleaved chunk's, an uneven stage's count): the slice of the shard is the shard of
-         * the slice, so the rows stay split and their loops gather them a layer at a time */
-        Value *y = n->out[0], wy = *y;
-        zero_split_type(y, &wy, d, z);
-        gather_uses(g, y, &wy, u, d, z, i + 1); /* (y's readers: after its node) */
-        break;
-      } else { /* this reader's own gather, right before it */
-        Value *whole_p = zero_gather_new(g, p, whole, d, z, n->loc);
-        ir_move_last(g, i++);
-        for (int k = 0; k < n->nin; k++)
-          if (n->in[k] == p) n->in[k] = whole_p;
-        break;
-      }
-    }
-    if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, z, 0);
-    i += inserted; /* past the first layers' gathers placed before n */
-  }
-}
-
-/* ZeRO-3: p is stored split along d; every reader gathers it right before it reads it. */
-static void split_param(Graph *g, Value *p, const Node *u, int d, ZeroGroup z) {
-  Value whole = *p;
-  zero_split_type(p, &whole, d, z);
-  ZeroBefore b = {.g = g};
-  before = &b;
-  gather_uses(g, p, &whole, u, d, z, 0);
-  zero_before_place(&b);
-  before = NULL;
-}
-
 /* Shards one update u (adamw_update: p, g, m, v, hyper; sgd_update: p, g, m, hyper). */
 /* saved: non-NULL where the f32 masters may be stored split (zero_master_wanted), their bytes saved.
  * sole: u is the only reader of its optimizer state (zero_only_reader, found for every update at once). */
@@ -504,7 +228,7 @@ static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage, int64_t *sav
   /* a layer's stacked parameter that ZeRO-3 gathers per layer: under accumulation its gradient
    * comes from the micro-step region's sum, not the backward loop, but the layer loops inside
    * the region still read it per layer */
-  bool stacked = looped || (stage >= 3 && read_as_xs(g, p));
+  bool stacked = looped || (stage >= 3 && zero_read_as_xs(g, p));
   int d = shard_dim(p, z.deg, stage >= 2 && stacked ? 1 : 0);
   if (d < 0 && stage >= 2 && stacked) d = shard_dim(p, z.deg, 0); /* then as ZeRO-1 */
   if (d < 0 || p->def->op != OP_PARAM) return false;
@@ -512,9 +236,9 @@ static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage, int64_t *sav
   for (int k = 0; k < nstate; k++)
     if (!sole || !ir_shape_eq(&u->in[2 + k]->shape, &p->shape)) return false;
   Value *gs = stage >= 2 ? scatter_grad(g, gr, u, d, z) : NULL;
-  bool split_p = stage >= 3 && gs && can_split_param(g, p, u, d, stacked);
+  bool split_p = stage >= 3 && gs && zero_can_split_param(g, p, u, d, stacked);
   if (split_p) {
-    split_param(g, p, u, d, z);
+    zero_split_param(g, p, u, d, z);
     u->in[1] = gs;
     for (int k = 0; k < nstate; k++) {
       Value *s = u->in[2 + k];
@@ -527,7 +251,7 @@ static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage, int64_t *sav
     }
     return true; /* next:<param> is the updated shard: the parameter stays split */
   }
-  int pos = position(g, u);
+  int pos = zero_position(g, u);
   /* bf16 copies: the f32 master stored split, the copy gathered (passes/zero_master.c) */
   bool master = saved && zero_master_split(g, u, d, z, saved);
   if (!master) u->in[0] = zero_slice_at(g, p, d, z, pos++, u->loc);
@@ -764,8 +488,8 @@ bool pass_zero(Module *m) {
   for (int i = 0; i < n; i++)
     for (int j = 0; j < g->nodes[i]->nin; j++) ptrmap_add(&uses, g->nodes[i]->in[j], 1);
   for (int i = 0; i < g->nresults; i++) ptrmap_add(&uses, g->results[i], n + 1); /* a result: never sole */
-  if (stage >= 3) captures = zero_captures_new(g->arena); /* (gather_uses' questions) */
   use_memo = ir_use_memo_new();
+  if (stage >= 3) zero_gather_begin(g, use_memo); /* (gather_uses' questions) */
   for (int i = 0; i < nu; i++) {
     Node *u = updates[i];
     bool sole = true;
@@ -779,8 +503,7 @@ bool pass_zero(Module *m) {
     }
     shard_update(g, u, z, stage, saved, sole);
   }
-  zero_captures_free(captures);
-  captures = NULL;
+  zero_gather_end();
   ir_use_memo_free(use_memo);
   use_memo = NULL;
   ptrmap_free(&uses);

@@ -1,4 +1,5 @@
-/* passes/zero.h — the `zero` pass's pieces shared between its files (passes/zero.c, zero_sums.c, zero_offload.c). */
+/* passes/zero.h — the `zero` pass's pieces shared between its files (passes/zero.c, zero_gather.c, zero_sums.c,
+ * zero_offload.c, ...). */
 #ifndef SHARDC_ZERO_H
 #define SHARDC_ZERO_H
 
@@ -71,6 +72,33 @@ void zero_offload(Graph *g, bool zero3);
 Value *zero_gather_new(Graph *g, Value *x, const Value *whole, int d, ZeroGroup z, SrcLoc loc);
 /* y = shard_slice(x) over the group along d, placed at pos. */
 Value *zero_slice_at(Graph *g, Value *x, int d, ZeroGroup z, int pos, SrcLoc loc);
+/* n's position in g (it must be one of g's nodes). */
+int zero_position(const Graph *g, const Node *n);
+
+/* ZeRO-3's parameters stored split (passes/zero_gather.c). zero_gather_begin (g: the top graph) and zero_gather_end
+ * bracket pass_zero's updates under stage 3: the bodies' captures (zero_captures_new) found once for them all, and
+ * the top graph's readers index; memo: the pass's ir_use_counts_outer memo, whose lists the gathers' edits of a
+ * layer loop's body keep (ir_use_memo_keep). */
+void zero_gather_begin(Graph *g, IrUseMemo *memo);
+void zero_gather_end(void);
+/* The top graph's readers index (zero_gather.c; stage 3, between zero_gather_begin and zero_gather_end): the nodes
+ * of g reading v, directly or in their bodies, in g's order (*r, their number), or -1 where it does not hold them
+ * (g not the top graph, v not in it or left it). It is as the pass began: asked about a parameter's values and its
+ * gradient's only, which no rewrite of another parameter changes the readers of. SHARDC_VERIFY=audit checks that
+ * each node reading v is listed. */
+int zero_readers(const Graph *g, const Value *v, const Node *const **r);
+/* ir_count_uses(g, v) and ir_replace_uses(g, from, to) through the index where it holds the readers (from and to
+ * then leave it). */
+int zero_count_uses(const Graph *g, const Value *v);
+void zero_replace_uses(Graph *g, Value *from, Value *to);
+/* True when a repeat in g or in a body nested in it (the accumulation region's layer loops) reads p (or a
+ * cast of it: bf16 compute) as one of its xs: p is a stacked layer parameter [L, ..] (asked under stage 3). */
+bool zero_read_as_xs(const Graph *g, const Value *p);
+/* Whether parameter p (updated by u) can be stored split along d: not when a repeat carries it, a result names
+ * it, or it is under the persistence threshold (per layer when stacked). */
+bool zero_can_split_param(const Graph *g, const Value *p, const Node *u, int d, bool stacked);
+/* p stored split along d: every reader in g (but u) gathers it right before it reads it. */
+void zero_split_param(Graph *g, Value *p, const Node *u, int d, ZeroGroup z);
 
 /* ZeRO-1/2 with the persistent bf16 weight copies (passes/zero_master.c): whether the plan may store the
  * f32 masters split and gather the bf16 copies instead (stage 1 / 2, no offload); zero_master_split
@@ -112,6 +140,8 @@ bool zero_captures_reads(ZeroCaptures *c, const Graph *b, const Value *p);
 /* Whether a result of b, or of a body in it, is a value of a graph around that body (a capture yielded
  * unchanged; readers_can_gather's other question of a body that does not read p). */
 bool zero_captures_yields_outer(ZeroCaptures *c, const Graph *b);
+/* b's captures (*n of them): the values of the graphs around b that b, or a body in it, reads. */
+const Value *const *zero_captures_list(ZeroCaptures *c, const Graph *b, int *n);
 
 /* Nodes of graph g to go right before a reader (passes/zero_before.c), placed in one pass: recorded as they
  * are made (each then g's last node), placed by zero_before_place (which frees the record: it must be called). */

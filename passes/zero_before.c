@@ -1,5 +1,5 @@
 /* passes/zero_before.c — nodes placed right before their readers in one pass over a graph, for the zero
- * pass's prefetch (passes/zero.c, prefetch_layer): each layer loop of the pipelined step that reads a stored
+ * pass's prefetch (passes/zero_gather.c, prefetch_layer): each layer loop of the pipelined step that reads a stored
  * shard gets three nodes before it (the first layer's row, its reshape, its gather). Moved into place one
  * loop at a time, each move shifted the step's later nodes (Llama-3-405B pp 16 x cp 2: up to ~10^5 node
  * pointers; 8,192 loops per stacked parameter, 16 stages x 256 micro-batches, forward and backward).

@@ -1,10 +1,10 @@
 /* passes/zero_captures.c — the values each region body reads from the graphs around it (its captures,
  * its nested bodies' included), for the zero pass's question "does a node of body b, or of a body in
- * it, read p?" (passes/zero.c, reads_deep) where p is a value of a graph around b. ZeRO-3 asks it of
+ * it, read p?" (passes/zero_gather.c, reads_deep) where p is a value of a graph around b. ZeRO-3 asks it of
  * every body a parameter's readers walk into, per parameter: over a pipelined step (Llama-3-405B
  * pp 16 x cp 2: hundreds of parameters, thousands of region bodies) a walk of each body per question
  * was the pass's largest cost. Each body's captures are found once (a body shared by many nodes, once),
- * sorted, and a question is a binary search. readers_can_gather (zero.c) asks it too, with whether the body
+ * sorted, and a question is a binary search. readers_can_gather (zero_gather.c) asks it too, with whether the body
  * yields a capture unchanged (zero_captures_yields_outer), to skip a body with no reader of p.
  *
  * The answers are those of the walk at the time the body was first asked, which the zero pass keeps true:
@@ -94,4 +94,10 @@ bool zero_captures_reads(ZeroCaptures *c, const Graph *b, const Value *p) {
 
 bool zero_captures_yields_outer(ZeroCaptures *c, const Graph *b) {
   return captures_of(c, b)->yields_outer;
+}
+
+const Value *const *zero_captures_list(ZeroCaptures *c, const Graph *b, int *n) {
+  const Captures *k = captures_of(c, b);
+  *n = k->n;
+  return k->v;
 }

@@ -232,7 +232,11 @@ static bool mean_of_sum(const Graph *gg, const Value *y, ZeroGroup z, Node **mea
   if (x->def->graph != gg) return false;
   const Value *vs[2] = {x, x->def->op == OP_SCALE ? x->def->in[0] : NULL}; /* (s2 below: one walk of gg for both) */
   int uses[2];
-  ir_count_uses_n(gg, 2, vs, uses, NULL);
+  const Node *const *r;
+  if (zero_readers(gg, vs[0], &r) >= 0) /* (the top graph under ZeRO-3: its readers index) */
+    uses[0] = zero_count_uses(gg, vs[0]), uses[1] = vs[1] ? zero_count_uses(gg, vs[1]) : 0;
+  else
+    ir_count_uses_n(gg, 2, vs, uses, NULL);
   if (uses[0] != 1 || !ir_shape_eq(&x->shape, &y->shape)) return false;
   for (int i = 0; i < gg->nresults; i++)
     if (gg->results[i] == x) return false;
@@ -306,12 +310,15 @@ static bool hoistable(const Graph *g, const PtrMap *uses, const Value *a) {
   return y->def->graph == b && y->def->op != OP_ARG && yielded_once(b, y);
 }
 
-static void hoist_scatter(Value *a, int d, ZeroGroup z) {
+/* (memo: the pass's; the scatter reads b's own value, so b's reads of the values around it stay) */
+static void hoist_scatter(Value *a, int d, ZeroGroup z, IrUseMemo *memo) {
   Graph *b = a->def->body;
+  uint64_t v0 = b->version;
   Value *y = b->results[a->idx];
   Node *rs = scatter_new(b, y, d - 1, z, y->def->loc);
   ir_move_last(b, pos_in(b, y->def) + 1);
   b->results[a->idx] = rs->out[0];
+  ir_use_memo_keep(memo, b, v0);
   retype(a, d, z);
 }
 
@@ -333,15 +340,15 @@ static bool layer_parts(const Graph *g, const PtrMap *uses, const Value *t, int 
   return true;
 }
 
-static void scatter_parts(Value *t, int d, ZeroGroup z) {
+static void scatter_parts(Value *t, int d, ZeroGroup z, IrUseMemo *memo) {
   Node *n = t->def;
   if (n->op == OP_REPEAT) {
-    hoist_scatter(t, d, z);
+    hoist_scatter(t, d, z, memo);
     return;
   }
   for (int j = 0; j < n->nin; j++) {
-    if (n->op == OP_STAGE_SELECT) hoist_scatter(n->in[j], d, z);
-    else scatter_parts(n->in[j], d, z);
+    if (n->op == OP_STAGE_SELECT) hoist_scatter(n->in[j], d, z, memo);
+    else scatter_parts(n->in[j], d, z, memo);
   }
   retype(t, d, z);
 }
@@ -405,7 +412,7 @@ static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGro
   PtrMap after = {0}; /* the scatters (and bf16 casts) placed in one pass at the end, not one move each */
   for (int k = 0; k < n; k++) {
     Node *add = adds[k];
-    if (parts[k]) scatter_parts(add->in[prev[k] ^ 1], d, z); /* each stage's loop yields the shards */
+    if (parts[k]) scatter_parts(add->in[prev[k] ^ 1], d, z, memo); /* each stage's loop yields the shards */
     else scatter_operand_at(g, add, prev[k] ^ 1, d, z, greaders[k], &after);
     retype(add->out[0], d, z);
   }
@@ -539,10 +546,12 @@ static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z, IrUseMemo *m
     }
     ptrmap_put(&changed, b, 1);
     if (j < 0 || strcmp(b->args[j]->out[0]->name, "sum") != 0) {
-      hoist_scatter(v, d, z); /* the first: the loop yields g_l's shard */
+      hoist_scatter(v, d, z, memo); /* the first: the loop yields g_l's shard */
       continue;
     }
+    uint64_t v0 = b->version; /* (the scatter reads what the add read, the add the scatter: b's reads around it stay) */
     scatter_operand(b, y->def, slot ^ 1, d - 1, z, -1);
+    ir_use_memo_keep(memo, b, v0);
     retype(b->args[j]->out[0], d - 1, z);
     retype(y, d - 1, z);
     retype(v, d, z);
@@ -578,7 +587,7 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z, IrUseMemo 
   }
   if (mean) retype(x, d, z);
   x->name = gr->name;
-  ir_replace_uses(g, gr, x);
+  zero_replace_uses(g, gr, x);
   for (int i = 0; i < g->nresults; i++)
     if (g->results[i] == gr) g->results[i] = x;
   zero_drop_member(g, ar, gr->idx);

@@ -1,6 +1,7 @@
 /* tests/ir/test_use_counts.c — the IR's read counts: ir_use_counts_outer (each body's reads of the values
  * around it found once, a shared body's added once per owner, a memo kept while ir_touch says the body is
- * unchanged) against ir_use_counts, and ir_count_uses_n against ir_count_uses / ir_count_uses_deep. */
+ * unchanged, or an edit among the body's own values kept by ir_use_memo_keep) against ir_use_counts, and
+ * ir_count_uses_n against ir_count_uses / ir_count_uses_deep. */
 #include "testutil.h"
 #include "ptrmap.h"
 
@@ -73,7 +74,6 @@ int main(void) {
   check_like_use_counts(g, &m1);
   CHECK(count_of(&m1, b) == 3 && count_of(&m1, a) == 8);
   ptrmap_free(&m1);
-  ir_use_memo_free(memo);
 
   /* ir_count_uses_n: both counts of several values (one NULL) in one walk */
   const Value *vs[4] = {a, b, cap, NULL};
@@ -87,5 +87,24 @@ int main(void) {
   CHECK(uses[0] == 1 && deep[0] == 3 && uses[2] == 1 && deep[1] == 1);
   ir_count_uses_n(g, 2, vs, uses, NULL);
   CHECK(uses[0] == ir_count_uses(g, a) && uses[1] == ir_count_uses(g, b));
+  /* ir_use_memo_keep: an edit of a body among its own values keeps the list current (not walked again: a
+   * change made without ir_touch after the keep is not seen); a keep from a version the list was not current
+   * at keeps nothing (the edit before it is seen) */
+  uint64_t v0 = inner->body->version;
+  (void)t_op1(inner->body, OP_EXP, in2, NULL); /* reads in2, the body's own */
+  ir_use_memo_keep(memo, inner->body, v0);
+  in2->def->in[1] = b; /* (no ir_touch: a kept list does not see it) */
+  ir_use_counts_outer(g, &m1, false, memo);
+  CHECK(count_of(&m1, b) == 3 && count_of(&m1, a) == 8);
+  ptrmap_free(&m1);
+  ir_touch(inner->body); /* (now seen: b read again in the inner body, a once less) */
+  v0 = inner->body->version;
+  (void)t_op1(inner->body, OP_NEG, a, NULL);
+  ir_use_memo_keep(memo, inner->body, v0); /* (not the version the list was current at: ignored) */
+  ir_use_counts_outer(g, &m1, false, memo);
+  check_like_use_counts(g, &m1);
+  CHECK(count_of(&m1, b) == 1 + 2 * 2 && count_of(&m1, a) == 1 + 1 + 2 * (1 + 2));
+  ptrmap_free(&m1);
+  ir_use_memo_free(memo);
   return t_done("test_use_counts");
 }
