@@ -84,6 +84,16 @@ static void parse_value(const Flag *fl, const char *v) {
   if (fl->set) *fl->set = 1;
 }
 
+/* DIR without its trailing '/'s (a shell's completion adds one), copied into buf: every checkpoint
+ * path is DIR joined to a name, which printed "ck//step_00000010"; "/" stays "/". */
+static const char *trim_dir(const char *dir, char *buf, size_t n) {
+  size_t len = dir ? strlen(dir) : 0;
+  if (len < 2 || dir[len - 1] != '/' || len >= n) return dir;
+  memcpy(buf, dir, len + 1);
+  while (len > 1 && buf[len - 1] == '/') buf[--len] = 0;
+  return buf;
+}
+
 int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
   const RtRecipe *r = &p->recipe;
   memset(o, 0, sizeof *o);
@@ -193,6 +203,8 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
   }
   if (o->data_set && !o->val_set) o->val = NULL; /* the recipe's val goes with the recipe's data */
   if (o->save_to && !*o->save_to) o->save_to = NULL; /* --save-to '': no checkpoints (not even the recipe's) */
+  o->save_to = trim_dir(o->save_to, o->save_buf, sizeof o->save_buf);
+  o->resume = trim_dir(o->resume, o->resume_buf, sizeof o->resume_buf);
   /* --data '' / --val '': none (not even the recipe's): a run that trains no step, such as a checkpoint's
    * conversion (--resume CK --stop-at ITS_STEP --save-to OUT), needs no corpus */
   if (o->data && !*o->data) o->data = NULL;

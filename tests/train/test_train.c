@@ -268,6 +268,19 @@ static void test_errors(void) {
                "--data", p, NULL);
   free(p);
 
+  p = path_of("fewer.bin"); /* 3 windows of 8+1 tokens, a batch of 4: every step would repeat one */
+  write_shard(p, 20240520, 1, 2, t, 25, -1);
+  EXPECT_ERROR(rt_xprintf("--data: '%s' holds 3 sequence(s) of 8+1 tokens, fewer than one global batch of 4: every "
+                          "step would repeat sequences; give more data",
+                          p),
+               "--data", p, NULL);
+  { /* a run that trains no step reads no batch: not refused */
+    Result rf = run_trainer("--data", p, "--steps", "0", "--save-to", "", NULL);
+    expect_ok(&rf, "--steps 0 on a corpus smaller than a batch");
+    free_result(&rf);
+  }
+  free(p);
+
   EXPECT_ERROR(
       rt_xstrdup("--batch 8: this program was compiled for a batch of 4 sequences; recompile with another batch to "
                  "change it"),
