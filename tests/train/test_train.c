@@ -268,6 +268,13 @@ static void test_errors(void) {
                "--data", p, NULL);
   free(p);
 
+  { /* a warmup (2) as long as the schedule: the header says the lr only rises, and to what */
+    Result rw = run_trainer("--data", good, "--steps", "2", "--save-to", "", NULL);
+    expect_ok(&rw, "--steps 2 under warmup 2");
+    CHECK(strstr(rw.out, "(cosine, warmup 2, not shorter than the 2 steps: the lr only rises, to 0.01 at step 2)"),
+          "header:\n%s", rw.out);
+    free_result(&rw);
+  }
   p = path_of("fewer.bin"); /* 3 windows of 8+1 tokens, a batch of 4: every step would repeat one */
   write_shard(p, 20240520, 1, 2, t, 25, -1);
   EXPECT_ERROR(rt_xprintf("--data: '%s' holds 3 sequence(s) of 8+1 tokens, fewer than one global batch of 4: every "
