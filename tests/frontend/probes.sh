@@ -166,4 +166,14 @@ expect search_dump 1 'error: --dump-ir=mesh concerns the plan shardc compiles an
 expect compare_time 1 'error: --time-passes concerns the plan' 2000 -- plan "$tiny" --world 2 --compare zero=0,1 --time-passes
 expect no_outline_pp1 0 'shardc: note: --no-outline: the plan has no pipeline (pp 1)' 2000 -- plan "$tiny" --world 1 --no-outline --emit-c "$tmp/nooutline"
 expect import_dir_missing 0 "shardc: note: -I $tmp/nowhere: no such directory: nothing is imported from it" 2000 -- plan "$tiny" --world 1 -I "$tmp/nowhere"
+# 23. A warmup as long as the schedule (the lr never decays) was accepted without a word.
+expect warmup_steps 0 'tiny.model:26:1: warning: train: warmup 300 is not shorter than steps 300' 2000 -- plan "$tiny" --world 1 -D warmup=300
+if "$shardc" plan "$tiny" --world 1 -D warmup=299 2>&1 >/dev/null | grep -q 'warmup'; then
+  echo "FAIL warmup_steps_ok: a warmup shorter than the steps was reported"
+  status=1
+else
+  echo "ok   warmup_steps_ok"
+fi
+# 24. `shardc frob` (a mistyped command) said it could not read a file "frob".
+expect unknown_command 1 "error: unknown command 'frob': shardc build | plan FILE.model, or shardc ckpt" 2000 -- frob "$tiny"
 exit $status
