@@ -149,7 +149,7 @@ static void c_time(const CompareCol *c, int which, char *buf) {
   char t[32];
   snprintf(buf, CELL, "%s", cost_human_time(t, sizeof t, v[which]));
 }
-static void c_tokens(const CompareCol *c, int arg, char *buf) { (void)arg, snprintf(buf, CELL, "%.4g", c->cost.tokens_per_s); }
+static void c_tokens(const CompareCol *c, int arg, char *buf) { (void)arg, cost_human_rate(buf, CELL, c->cost.tokens_per_s); }
 static void c_mfu(const CompareCol *c, int arg, char *buf) { (void)arg, snprintf(buf, CELL, "%.1f%%", 100 * c->cost.mfu); }
 static void c_ckpt(const CompareCol *c, int which, char *buf) {
   bytes_cell(buf, which == 0 ? c->ckpt.total_bytes : c->ckpt.max_rank_bytes);
