@@ -45,9 +45,22 @@ static void usage(FILE *f, const char *prog, const RtProgram *p, const Flag *fla
   for (int i = 0; i < nflags; i++) {
     char left[48];
     snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].arg ? " " : "", flags[i].arg ? flags[i].arg : "");
-    fprintf(f, "  %-24s %s\n", left, flags[i].help);
+    fprintf(f, "  %-29s %s\n", left, flags[i].help);
   }
-  fprintf(f, "  %-24s %s\n", "--help", "this text");
+  fprintf(f, "  %-29s %s\n", "--help", "this text");
+  /* what a run without the flags does: the recipe's values (a run wrote checkpoints into the
+   * recipe's directory, which --help did not name) */
+  const RtRecipe *r = &p->recipe;
+  fprintf(f, "\nWithout these flags (the model's train block): --steps %lld, --seed %llu",
+          (long long)(r->steps > 0 ? r->steps : 1), (unsigned long long)r->seed);
+  if (r->data) fprintf(f, ", --data '%s'", r->data);
+  if (r->val) fprintf(f, ", --val '%s'", r->val);
+  if (r->ckpt_dir)
+    fprintf(f, ", --save-to '%s' --ckpt-every %lld --keep %d", r->ckpt_dir, (long long)r->ckpt_every,
+            r->ckpt_keep > 0 ? r->ckpt_keep : 0);
+  else
+    fprintf(f, "; no checkpoints unless --save-to DIR");
+  fprintf(f, ".\n");
   fprintf(f, "\nEnvironment: SHARDRT_PEAK_FLOPS=<FLOP/s> sets the peak MFU is measured against (default: measured).\n");
   if (p->device)
     fprintf(f, "SHARDRT_DEVICE=cuda|emu: the GPU (default) or its CPU emulation; SHARDRT_CUBIN_CACHE=DIR: where compiled "

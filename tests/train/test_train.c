@@ -476,6 +476,15 @@ static void test_log(void) {
   CHECK(strstr(r.out, "micro-batch 1 x 8 tokens") != NULL, "--help's micro-batch:\n%s", r.out);
   CHECK(strstr(r.out, "global batch 4 sequences per optimizer step (4 accumulation micro-step(s))") != NULL,
         "--help's global batch:\n%s", r.out);
+  /* the recipe's defaults, the checkpoint directory a plain run writes into among them */
+  CHECK(strstr(r.out, "Without these flags (the model's train block): --steps 10, --seed ") &&
+            strstr(r.out, ", --val '/nonexistent/val.bin'; no checkpoints unless --save-to DIR.\n"),
+        "--help's defaults:\n%s", r.out);
+  prog.recipe.ckpt_dir = "ck/bigram", prog.recipe.ckpt_every = 50, prog.recipe.ckpt_keep = 2;
+  free_result(&r);
+  r = run_trainer("--help", NULL);
+  CHECK(strstr(r.out, ", --save-to 'ck/bigram' --ckpt-every 50 --keep 2.\n"), "--help's checkpoint defaults:\n%s", r.out);
+  prog.recipe.ckpt_dir = NULL, prog.recipe.ckpt_every = 0, prog.recipe.ckpt_keep = 0;
   free_result(&r);
   r = run_trainer("--data", data, "--steps", "1", "--save-to", "", NULL);
   expect_ok(&r, "accumulation run");
