@@ -114,6 +114,7 @@ static void do_import(Fe *fe, Loader *ld, const char *from, const Decl *d) {
     for (int i = 0; i < fe->opt->nimport_dirs && nd < 66; i++) dirs[nd++] = fe->opt->import_dirs[i];
     for (int i = 0; i < nd && !found; i++) {
       const char *p = strcmp(dirs[i], ".") == 0 ? name : arena_printf(fe->a, "%s/%s", dirs[i], name);
+      if (in_vec(&tried, p)) continue; /* (-I of the default directory: it was looked for, and named, twice) */
       vec_push(fe->a, &tried, (void *)p);
       if (is_file(p)) found = p;
     }

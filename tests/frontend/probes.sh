@@ -176,4 +176,8 @@ else
 fi
 # 24. `shardc frob` (a mistyped command) said it could not read a file "frob".
 expect unknown_command 1 "error: unknown command 'frob': shardc build | plan FILE.model, or shardc ckpt" 2000 -- frob "$tiny"
+# 25. A missing import listed a directory given twice (-I of the default one) twice.
+models=$(cd "$(dirname "$tiny")" && pwd)
+printf 'import "topo/nope.topo"\nmodel m {\n  input t : f32[2, 4]\n  loss = sum(t)\n}\n' >"$tmp/imp.model"
+expect import_once 1 "note: looked for $tmp/topo/nope.topo, $models/topo/nope.topo\$" 2000 -- plan "$tmp/imp.model" -I "$models"
 exit $status
