@@ -249,6 +249,9 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
   Loader ld;
   memset(&ld, 0, sizeof ld);
   load_text(&fe, &ld, shown, canon, text, len);
+  /* a syntax error (or an import that failed) lost a declaration, and every use of it would be
+   * reported too ("`seq` is not set" x 5 after a stray ','): its errors alone, as Go does */
+  if (diag_errors() != errors0) return NULL;
 
   const Decl *topo = fe.topology;
   if (o->topology_file) topo = load_topology_file(&fe, o->topology_file);

@@ -180,4 +180,8 @@ expect unknown_command 1 "error: unknown command 'frob': shardc build | plan FIL
 models=$(cd "$(dirname "$tiny")" && pwd)
 printf 'import "topo/nope.topo"\nmodel m {\n  input t : f32[2, 4]\n  loss = sum(t)\n}\n' >"$tmp/imp.model"
 expect import_once 1 "note: looked for $tmp/topo/nope.topo, $models/topo/nope.topo\$" 2000 -- plan "$tmp/imp.model" -I "$models"
+# 26. A syntax error that drops a declaration was followed by an error at every use of what it
+#     declared (a stray ',' in tiny's const list: 6 more, `seq` is not set x 4, unknown name x 2).
+sed 's/seq = 64,/seq = 64,,/' "$tiny" >"$tmp/comma.model"
+expect syntax_alone 1 'comma.model:6:31: error: syntax error' 400 -- plan "$tmp/comma.model" -I "$models"
 exit $status
