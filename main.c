@@ -416,6 +416,10 @@ static int compile(int argc, char **argv, Diag *diag) {
     }
   }
   if (!input && diag_errors() == 0) {
+    if (command) { /* (`shardc plan` printed the whole usage, without saying what was missing) */
+      error_plain("`%s` needs a .model file: shardc %s FILE.model [options] (see shardc --help)", command, command);
+      return 1;
+    }
     usage(stderr, home.models);
     return 1;
   }

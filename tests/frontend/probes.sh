@@ -184,4 +184,6 @@ expect import_once 1 "note: looked for $tmp/topo/nope.topo, $models/topo/nope.to
 #     declared (a stray ',' in tiny's const list: 6 more, `seq` is not set x 4, unknown name x 2).
 sed 's/seq = 64,/seq = 64,,/' "$tiny" >"$tmp/comma.model"
 expect syntax_alone 1 'comma.model:6:31: error: syntax error' 400 -- plan "$tmp/comma.model" -I "$models"
+# 27. `shardc plan` without a file printed the usage alone.
+expect plan_no_file 1 'shardc: error: `plan` needs a .model file: shardc plan FILE.model' 300 -- plan --world 1
 exit $status
