@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../comm/comm.h"
 #include "../kernels/kernels.h"
@@ -431,6 +432,8 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
 
   run_init(r, &argc, &argv);
   if (o->save_to) rt_ckpt_check_dir(o->save_to); /* a bad --save-to fails now, not after the training */
+  if (o->init_from && access(o->init_from, R_OK) != 0) /* (the reader's error did not name the flag) */
+    rt_user_error("--init-from: cannot open '%s': %s", o->init_from, strerror(errno));
   if (o->sample) rt_run_sample_check(r);         /* so does a --sample the program cannot serve */
   if (mem_init(r) != 0) {
     run_free(r);

@@ -275,6 +275,10 @@ static void test_errors(void) {
           "header:\n%s", rw.out);
     free_result(&rw);
   }
+  p = path_of("nowhere.safetensors");
+  EXPECT_ERROR(rt_xprintf("--init-from: cannot open '%s': No such file or directory", p), "--data", good, "--init-from",
+               p, NULL);
+  free(p);
   p = path_of("fewer.bin"); /* 3 windows of 8+1 tokens, a batch of 4: every step would repeat one */
   write_shard(p, 20240520, 1, 2, t, 25, -1);
   EXPECT_ERROR(rt_xprintf("--data: '%s' holds 3 sequence(s) of 8+1 tokens, fewer than one global batch of 4: every "
