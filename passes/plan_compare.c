@@ -2,7 +2,9 @@
 #include "plan_compare.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "diag.h"
 #include "fit.h"
@@ -77,6 +79,11 @@ bool plan_compare_parse(const char *spec, const char *input, CompareCol *cols, i
     error_plain("--compare '%s': %d variants; between 1 and %d can be compared", spec, n, COMPARE_MAX);
     return false;
   }
+  for (int i = 1; i < nfile; i++)
+    if (access(files[i], R_OK) != 0) { /* (was a column 'refused' and exit 0) */
+      error_plain("--compare: '%s' is neither KEY=V1,V2,... nor a .model file: %s", files[i], strerror(errno));
+      return false;
+    }
   memset(cols, 0, (size_t)n * sizeof *cols);
   for (int c = 0; c < n; c++) {
     CompareCol *col = &cols[c];

@@ -186,4 +186,6 @@ sed 's/seq = 64,/seq = 64,,/' "$tiny" >"$tmp/comma.model"
 expect syntax_alone 1 'comma.model:6:31: error: syntax error' 400 -- plan "$tmp/comma.model" -I "$models"
 # 27. `shardc plan` without a file printed the usage alone.
 expect plan_no_file 1 'shardc: error: `plan` needs a .model file: shardc plan FILE.model' 300 -- plan --world 1
+# 28. --compare with a file that is not there printed a column 'refused' and exited 0.
+expect compare_missing 1 "error: --compare: 'bogus' is neither KEY=V1,V2,... nor a .model file: No such file or directory" 300 -- plan "$tiny" --compare bogus
 exit $status
