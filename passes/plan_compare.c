@@ -139,7 +139,8 @@ static void c_class(const CompareCol *c, int cls, char *buf) { bytes_cell(buf, (
 static void c_total(const CompareCol *c, int arg, char *buf) { (void)arg, bytes_cell(buf, c->mem_total); }
 static void c_fits(const CompareCol *c, int arg, char *buf) {
   (void)arg;
-  if (c->capacity > 0) snprintf(buf, CELL, "%s %.0f%%", c->fits ? "yes" : "NO", 100 * c->mem_total / c->capacity);
+  if (c->capacity > 0)
+    snprintf(buf, CELL, "%s %s", c->fits ? "yes" : "NO", fit_share((char[16]){0}, 16, c->mem_total, c->capacity));
   else snprintf(buf, CELL, "?");
 }
 static void c_rank_bytes(const CompareCol *c, int side, char *buf) { bytes_cell(buf, c->traffic.rank_bytes[side]); }
