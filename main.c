@@ -403,12 +403,23 @@ static int compile(int argc, char **argv, Diag *diag) {
       }
       break; /* its value, if any, would read as an input file */
     } else if (!input) {
+      size_t al = strlen(a);
+      struct stat st;
+      if (!command && stat(a, &st) != 0 && (al < 6 || strcmp(a + al - 6, ".model") != 0)) {
+        /* (`shardc frob` said it could not read a file "frob") */
+        error_plain("unknown command '%s': shardc build | plan FILE.model, or shardc ckpt (see shardc --help)", a);
+        break;
+      }
       input = a;
     } else {
       error_plain("more than one input file: '%s' and '%s'", input, a);
     }
   }
   if (!input && diag_errors() == 0) {
+    if (command) { /* (`shardc plan` printed the whole usage, without saying what was missing) */
+      error_plain("`%s` needs a .model file: shardc %s FILE.model [options] (see shardc --help)", command, command);
+      return 1;
+    }
     usage(stderr, home.models);
     return 1;
   }

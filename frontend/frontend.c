@@ -114,6 +114,7 @@ static void do_import(Fe *fe, Loader *ld, const char *from, const Decl *d) {
     for (int i = 0; i < fe->opt->nimport_dirs && nd < 66; i++) dirs[nd++] = fe->opt->import_dirs[i];
     for (int i = 0; i < nd && !found; i++) {
       const char *p = strcmp(dirs[i], ".") == 0 ? name : arena_printf(fe->a, "%s/%s", dirs[i], name);
+      if (in_vec(&tried, p)) continue; /* (-I of the default directory: it was looked for, and named, twice) */
       vec_push(fe->a, &tried, (void *)p);
       if (is_file(p)) found = p;
     }
@@ -248,6 +249,9 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
   Loader ld;
   memset(&ld, 0, sizeof ld);
   load_text(&fe, &ld, shown, canon, text, len);
+  /* a syntax error (or an import that failed) lost a declaration, and every use of it would be
+   * reported too ("`seq` is not set" x 5 after a stray ','): its errors alone, as Go does */
+  if (diag_errors() != errors0) return NULL;
 
   const Decl *topo = fe.topology;
   if (o->topology_file) topo = load_topology_file(&fe, o->topology_file);

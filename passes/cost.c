@@ -628,6 +628,14 @@ const char *cost_human_time(char *buf, size_t size, double s) {
   return buf;
 }
 
+const char *cost_human_rate(char *buf, size_t size, double x) {
+  if (x >= 1e9) snprintf(buf, size, "%.4g G", x * 1e-9);
+  else if (x >= 1e6) snprintf(buf, size, "%.4g M", x * 1e-6);
+  else if (x >= 1e3) snprintf(buf, size, "%.4g k", x * 1e-3);
+  else snprintf(buf, size, "%.4g", x);
+  return buf;
+}
+
 void cost_print(FILE *f, const Module *m, const CostDevice *d, const CostReport *r) {
   char a[32], b[32], c[32], e[32];
   fprintf(f, "# predicted step per rank (cost model, passes/cost.c; device: %s)\n", d->source);
@@ -656,6 +664,6 @@ void cost_print(FILE *f, const Module *m, const CostDevice *d, const CostReport 
   if (m->pipe)
     fprintf(f, "#   pipeline bubble %9s  %.1f%% of the step idle (schedule %s)\n", cost_human_time(a, sizeof a, r->bubble_s),
             100 * r->bubble, pipe_sched_name(m->pipe->kind));
-  fprintf(f, "#   step           %10s  %lld tokens: %.4g tokens/s, MFU %.1f%%\n", cost_human_time(a, sizeof a, r->step_s),
-          (long long)r->tokens, r->tokens_per_s, 100 * r->mfu);
+  fprintf(f, "#   step           %10s  %lld tokens: %s tokens/s, MFU %.1f%%\n", cost_human_time(a, sizeof a, r->step_s),
+          (long long)r->tokens, cost_human_rate(b, sizeof b, r->tokens_per_s), 100 * r->mfu);
 }

@@ -178,5 +178,7 @@ void cost_estimate(const Module *m, const CostDevice *d, CostReport *r);
 void cost_print(FILE *f, const Module *m, const CostDevice *d, const CostReport *r);
 /* "12.3 ms", "1.25 s", "850 us" */
 const char *cost_human_time(char *buf, size_t size, double s);
+/* A rate (tokens/s) to 4 digits with a k / M / G prefix: "74.05 k" (was %.4g: "7.405e+04"). */
+const char *cost_human_rate(char *buf, size_t size, double x);
 
 #endif

@@ -166,6 +166,14 @@ static bool host_fits(const Module *m) {
          (double)p->host_total * topo->devices_per_node <= topo->host_memory;
 }
 
+const char *fit_share(char *buf, size_t n, double used, double cap) {
+  double pct = cap > 0 ? 100.0 * used / cap : 0;
+  if (pct > 0 && pct < 1) snprintf(buf, n, "<1%%");
+  else if (pct >= 99 && pct < 101 && pct != 100) snprintf(buf, n, "%.1f%%", pct);
+  else snprintf(buf, n, "%.0f%%", pct);
+  return buf;
+}
+
 bool fit_plan_fits(const Module *m, double *total, double *capacity) {
   const MemPlan *p = m->memplan;
   char capname[96];

@@ -37,6 +37,11 @@ static inline bool fit_figure_over(double total, double cap) {
   return total > 0 && cap > 0 && total > cap;
 }
 
+/* used / cap as the reports print it (the plan's capacity line, --compare's fits row): whole percent,
+ * "<1%" above zero ("fits (0% of it)" was), and one decimal within 1 of 100 (a plan that fits never
+ * reads 100%, one that does not never 100% either). */
+const char *fit_share(char *buf, size_t n, double used, double cap);
+
 /* The memory-dependent auto choices the driver decides together (replan.c, auto_memory), as Plan.fit.kept's
  * bits; fit_auto_kept: those of `kept` named for the memory report ("the persistent weight copies", "the
  * deferred waits", "the zb W hold", joined with "and"), in m's arena. */

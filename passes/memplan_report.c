@@ -2,6 +2,7 @@
  * (`shardc plan`), the capacity it must fit, the host memory of an offloaded optimizer step. */
 #include <stdio.h>
 
+#include "fit.h"
 #include "memplan.h"
 
 const char *const memplan_class_labels[MEM_COUNT] = {"parameters", "optimizer state", "inputs", "gradients",
@@ -39,8 +40,8 @@ void memplan_print(FILE *f, const Module *m) {
   char what[96];
   double cap = memplan_capacity(m, what, sizeof what);
   if (cap > 0)
-    fprintf(f, "#   %-16s %16.0f B %12.2f MiB  %s: %s (%.0f%% of it)\n", "capacity", cap, cap / (1 << 20), what,
-            (double)p->total <= cap ? "fits" : "does not fit", 100.0 * (double)p->total / cap);
+    fprintf(f, "#   %-16s %16.0f B %12.2f MiB  %s: %s (%s of it)\n", "capacity", cap, cap / (1 << 20), what,
+            (double)p->total <= cap ? "fits" : "does not fit", fit_share((char[16]){0}, 16, (double)p->total, cap));
   if (m->wcopy.why) /* passes/wshadow.c's decision */
     fprintf(f, "#   %-16s %16lld B %12.2f MiB  %s: %s\n", "bf16 weights", (long long)m->wcopy.bytes,
             (double)m->wcopy.bytes / (1 << 20),

@@ -172,6 +172,14 @@ bool pass_optimizer(Module *m) {
     return false;
   }
 
+  /* a warmup as long as the schedule never reaches lr nor decays: legal (a short probe run), but said */
+  if (m->has_recipe && r.warmup >= r.steps && r.steps > 0) {
+    warning_at(L, "train: warmup %lld is not shorter than steps %lld: the learning rate only rises and never decays "
+                  "to min_lr",
+               (long long)r.warmup, (long long)r.steps);
+    note("a shorter warmup (-D warmup=N), or more steps (-D steps=N; the trainer's --steps N)");
+  }
+
   Value *lr = add_input(g, "lr", L);
   Value *step = r.optimizer == OPT_ADAMW ? add_input(g, "step", L) : NULL;
 

@@ -2,7 +2,9 @@
 #include "plan_compare.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "diag.h"
 #include "fit.h"
@@ -77,6 +79,11 @@ bool plan_compare_parse(const char *spec, const char *input, CompareCol *cols, i
     error_plain("--compare '%s': %d variants; between 1 and %d can be compared", spec, n, COMPARE_MAX);
     return false;
   }
+  for (int i = 1; i < nfile; i++)
+    if (access(files[i], R_OK) != 0) { /* (was a column 'refused' and exit 0) */
+      error_plain("--compare: '%s' is neither KEY=V1,V2,... nor a .model file: %s", files[i], strerror(errno));
+      return false;
+    }
   memset(cols, 0, (size_t)n * sizeof *cols);
   for (int c = 0; c < n; c++) {
     CompareCol *col = &cols[c];
@@ -132,7 +139,8 @@ static void c_class(const CompareCol *c, int cls, char *buf) { bytes_cell(buf, (
 static void c_total(const CompareCol *c, int arg, char *buf) { (void)arg, bytes_cell(buf, c->mem_total); }
 static void c_fits(const CompareCol *c, int arg, char *buf) {
   (void)arg;
-  if (c->capacity > 0) snprintf(buf, CELL, "%s %.0f%%", c->fits ? "yes" : "NO", 100 * c->mem_total / c->capacity);
+  if (c->capacity > 0)
+    snprintf(buf, CELL, "%s %s", c->fits ? "yes" : "NO", fit_share((char[16]){0}, 16, c->mem_total, c->capacity));
   else snprintf(buf, CELL, "?");
 }
 static void c_rank_bytes(const CompareCol *c, int side, char *buf) { bytes_cell(buf, c->traffic.rank_bytes[side]); }
@@ -149,7 +157,7 @@ static void c_time(const CompareCol *c, int which, char *buf) {
   char t[32];
   snprintf(buf, CELL, "%s", cost_human_time(t, sizeof t, v[which]));
 }
-static void c_tokens(const CompareCol *c, int arg, char *buf) { (void)arg, snprintf(buf, CELL, "%.4g", c->cost.tokens_per_s); }
+static void c_tokens(const CompareCol *c, int arg, char *buf) { (void)arg, cost_human_rate(buf, CELL, c->cost.tokens_per_s); }
 static void c_mfu(const CompareCol *c, int arg, char *buf) { (void)arg, snprintf(buf, CELL, "%.1f%%", 100 * c->cost.mfu); }
 static void c_ckpt(const CompareCol *c, int which, char *buf) {
   bytes_cell(buf, which == 0 ? c->ckpt.total_bytes : c->ckpt.max_rank_bytes);

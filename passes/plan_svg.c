@@ -205,8 +205,9 @@ void plan_svg_compare(FILE *f, const char *title, const CompareCol *cols, int n)
     memset(&b[m], 0, sizeof b[m]);
     b[m].label = k->label;
     b[m].seg[0] = k->cost.compute_s, b[m].seg[1] = k->cost.exposed_comm_s, b[m].seg[2] = k->cost.bubble_s;
-    snprintf(b[m].right, sizeof b[m].right, "%s, %.4g tokens/s, MFU %.1f%%", cost_human_time(t, sizeof t, k->cost.step_s),
-             k->cost.tokens_per_s, 100 * k->cost.mfu);
+    char rate[32];
+    snprintf(b[m].right, sizeof b[m].right, "%s, %s tokens/s, MFU %.1f%%", cost_human_time(t, sizeof t, k->cost.step_s),
+             cost_human_rate(rate, sizeof rate, k->cost.tokens_per_s), 100 * k->cost.mfu);
     m++;
     memset(&c[mc], 0, sizeof c[mc]); /* the checkpoint: all ranks, then rank 0 */
     c[mc].label = k->label;

@@ -115,7 +115,7 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
   if (!r->nranked) {
     fprintf(f, "# no candidate fits%s\n", r->ana_fit ? " as compiled (see the analytic rows below)" : "");
   } else {
-    fprintf(f, "# %2s  %-38s %9s %11s %6s  %-22s %9s %9s %7s  %s\n", "#", "plan", "step", "tokens/s", "MFU",
+    fprintf(f, "# %2s  %-38s %9s %11s %6s  %-26s %9s %9s %7s  %s\n", "#", "plan", "step", "tokens/s", "MFU",
             "memory/rank (largest)", "compute", "exposed", "bubble", "why");
     const PlanCand *best = &r->cand[r->rank[0]];
     for (int i = 0; i < r->nranked && i < top; i++)
@@ -130,8 +130,9 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
       snprintf(mem, sizeof mem, "%s (%s %.0f%%)", gib(a, sizeof a, p->mem_total), memplan_class_names[p->largest],
                p->mem_total > 0 ? 100.0 * (double)p->by_class[p->largest] / p->mem_total : 0);
       why(p, best, w, sizeof w);
-      fprintf(f, "# %2d  %-38s %9s %11.4g %5.1f%%  %-22s %9s %9s %6.1f%%  %s%s\n", i + 1, lab,
-              cost_human_time(b, sizeof b, p->cost.step_s), p->cost.tokens_per_s, 100 * p->cost.mfu, mem,
+      fprintf(f, "# %2d  %-38s %9s %11s %5.1f%%  %-26s %9s %9s %6.1f%%  %s%s\n", i + 1, lab,
+              cost_human_time(b, sizeof b, p->cost.step_s), cost_human_rate(e1, sizeof e1, p->cost.tokens_per_s),
+              100 * p->cost.mfu, mem,
               cost_human_time(c, sizeof c, p->cost.compute_s), cost_human_time(d, sizeof d, p->cost.exposed_comm_s),
               100 * p->cost.bubble, w, p->near ? " ~" : "");
     }

@@ -67,6 +67,11 @@ if [ -n "$shardc_given" ] && { [ -z "$elastic" ] || [ "${elastic%%:*}" != "$elas
 fi
 trainer=$1
 shift
+# a trainer that is not there failed inside mpirun (status 1: "a user error, not restarting", or
+# 132 and three restarts): said before anything starts
+if ! command -v -- "$trainer" >/dev/null 2>&1 || [ -d "$trainer" ]; then
+  echo "launch.sh: the trainer '$trainer' is not an executable file (shardc build ... -o TRAINER writes one)" >&2; exit 2
+fi
 for a in "$@"; do
   case $a in --resume|--resume=*) echo "launch.sh: the launcher passes --resume auto itself; drop $a" >&2; exit 2 ;; esac
 done

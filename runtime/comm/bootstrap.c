@@ -132,7 +132,12 @@ void rt_boot_barrier(const RtBoot *b) {
 
 bool rt_boot_check_mesh(const RtBoot *b, const MeshMap *m) {
   if (m->world == b->world) return true;
-  if (b->rank == 0) {
+  if (b->rank == 0 && m->world == 1) /* ("needs 1 ranks ...: launch it with mpirun -np 1" was) */
+    fprintf(stderr,
+            "shardrt: this trainer was built for a single process (1 rank) but %s started %d; run it without a "
+            "launcher (./TRAINER), or rebuild it for %d ranks (shardc build ... --world %d)\n",
+            rt_launcher_name(b->launcher), b->world, b->world, b->world);
+  else if (b->rank == 0) {
     fprintf(stderr,
             "shardrt: the plan needs %d ranks (dp %d x pp %d x cp %d x tp %d) but %s started %d; "
             "launch it with %s %d, or rebuild it for %d rank%s (shardc build ... --world %d)\n",

@@ -45,9 +45,22 @@ static void usage(FILE *f, const char *prog, const RtProgram *p, const Flag *fla
   for (int i = 0; i < nflags; i++) {
     char left[48];
     snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].arg ? " " : "", flags[i].arg ? flags[i].arg : "");
-    fprintf(f, "  %-24s %s\n", left, flags[i].help);
+    fprintf(f, "  %-29s %s\n", left, flags[i].help);
   }
-  fprintf(f, "  %-24s %s\n", "--help", "this text");
+  fprintf(f, "  %-29s %s\n", "--help", "this text");
+  /* what a run without the flags does: the recipe's values (a run wrote checkpoints into the
+   * recipe's directory, which --help did not name) */
+  const RtRecipe *r = &p->recipe;
+  fprintf(f, "\nWithout these flags (the model's train block): --steps %lld, --seed %llu",
+          (long long)(r->steps > 0 ? r->steps : 1), (unsigned long long)r->seed);
+  if (r->data) fprintf(f, ", --data '%s'", r->data);
+  if (r->val) fprintf(f, ", --val '%s'", r->val);
+  if (r->ckpt_dir)
+    fprintf(f, ", --save-to '%s' --ckpt-every %lld --keep %d", r->ckpt_dir, (long long)r->ckpt_every,
+            r->ckpt_keep > 0 ? r->ckpt_keep : 0);
+  else
+    fprintf(f, "; no checkpoints unless --save-to DIR");
+  fprintf(f, ".\n");
   fprintf(f, "\nEnvironment: SHARDRT_PEAK_FLOPS=<FLOP/s> sets the peak MFU is measured against (default: measured).\n");
   if (p->device)
     fprintf(f, "SHARDRT_DEVICE=cuda|emu: the GPU (default) or its CPU emulation; SHARDRT_CUBIN_CACHE=DIR: where compiled "
@@ -82,6 +95,16 @@ static void parse_value(const Flag *fl, const char *v) {
   }
   }
   if (fl->set) *fl->set = 1;
+}
+
+/* DIR without its trailing '/'s (a shell's completion adds one), copied into buf: every checkpoint
+ * path is DIR joined to a name, which printed "ck//step_00000010"; "/" stays "/". */
+static const char *trim_dir(const char *dir, char *buf, size_t n) {
+  size_t len = dir ? strlen(dir) : 0;
+  if (len < 2 || dir[len - 1] != '/' || len >= n) return dir;
+  memcpy(buf, dir, len + 1);
+  while (len > 1 && buf[len - 1] == '/') buf[--len] = 0;
+  return buf;
 }
 
 int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
@@ -193,6 +216,8 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
   }
   if (o->data_set && !o->val_set) o->val = NULL; /* the recipe's val goes with the recipe's data */
   if (o->save_to && !*o->save_to) o->save_to = NULL; /* --save-to '': no checkpoints (not even the recipe's) */
+  o->save_to = trim_dir(o->save_to, o->save_buf, sizeof o->save_buf);
+  o->resume = trim_dir(o->resume, o->resume_buf, sizeof o->resume_buf);
   /* --data '' / --val '': none (not even the recipe's): a run that trains no step, such as a checkpoint's
    * conversion (--resume CK --stop-at ITS_STEP --save-to OUT), needs no corpus */
   if (o->data && !*o->data) o->data = NULL;

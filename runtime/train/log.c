@@ -8,6 +8,7 @@
 
 #include "../comm/comm.h"
 #include "../kernels/kernels.h"
+#include "../schedule.h"
 #include "run.h"
 
 static void json_num(FILE *f, const char *key, double v, const char *fmt) {
@@ -154,16 +155,25 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
     printf("validation: %s\n", r->has_val ? r->val_desc
                                : p->eval  ? "none (no held-out data)"
                                           : "none (no eval function)");
+    /* a warmup as long as the schedule (a short --steps under the recipe's warmup) never reaches
+     * lr nor decays to min_lr: the header says where it ends instead of contradicting the steps */
+    char warm[160] = "";
+    if (p->recipe.warmup >= o->steps && o->steps > 0)
+      snprintf(warm, sizeof warm, ", not shorter than the %lld step%s: the lr only rises, to %.3g at step %lld",
+               (long long)o->steps, o->steps == 1 ? "" : "s",
+               rt_lr_at(p->recipe.lr_schedule, p->recipe.lr, p->recipe.min_lr, p->recipe.warmup, o->steps,
+                        o->steps - 1),
+               (long long)o->steps);
     if (training)
-      printf(r->dev ? "steps %lld..%lld of %lld, lr %g -> %g (%s, warmup %lld); %d thread(s); device peak %.1f GFLOP/s "
-                      "(%s)\n"
-                    : "steps %lld..%lld of %lld, lr %g -> %g (%s, warmup %lld); %d thread(s); fp32 peak %.1f GFLOP/s "
+      printf(r->dev ? "steps %lld..%lld of %lld, lr %g -> %g (%s, warmup %lld%s); %d thread(s); device peak %.1f "
+                      "GFLOP/s (%s)\n"
+                    : "steps %lld..%lld of %lld, lr %g -> %g (%s, warmup %lld%s); %d thread(s); fp32 peak %.1f GFLOP/s "
                       "(%s)\n",
              (long long)r->st.step + 1, (long long)stop, (long long)o->steps, p->recipe.lr, p->recipe.min_lr,
              p->recipe.lr_schedule == RT_LR_COSINE   ? "cosine"
              : p->recipe.lr_schedule == RT_LR_LINEAR ? "linear"
                                                      : "constant",
-             (long long)p->recipe.warmup, r->ctx.threads, r->peak / 1e9, how);
+             (long long)p->recipe.warmup, warm, r->ctx.threads, r->peak / 1e9, how);
     print_memory("at start", r, r->base_rss);
   }
 }

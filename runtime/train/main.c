@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../comm/comm.h"
 #include "../kernels/kernels.h"
@@ -230,6 +231,21 @@ static void weights_init(RtRun *r) {
       rt_user_error("'%s' was written with batch %lld x %lld tokens, this run has %lld x %lld", dir,
                     (long long)cs.batch, (long long)cs.seq, (long long)gbatch, (long long)T);
     o->seed = cs.seed;
+    /* a schedule that ends before the checkpoint's step trains nothing ("at step 40 of 2" was a
+     * success); one of another length continues on another learning-rate curve: said */
+    if (o->steps_set && o->steps > 0 && o->steps < cs.step)
+      rt_user_error("--steps %lld is before the checkpoint's step %lld ('%s'): the run would train nothing; give --steps "
+                    "above %lld, or leave --steps out to finish the checkpoint's schedule (%lld steps)",
+                    (long long)o->steps, (long long)cs.step, dir, (long long)cs.step, (long long)cs.steps);
+    if (o->stop_at_set && o->stop_at > 0 && o->stop_at < cs.step)
+      rt_user_error("--stop-at %lld is before the checkpoint's step %lld ('%s'): the run would train nothing",
+                    (long long)o->stop_at, (long long)cs.step, dir);
+    if (o->steps_set && o->steps > cs.step && o->steps != cs.steps && r->ctx.rank == 0)
+      fprintf(stderr,
+              "note: --steps %lld: the checkpoint was trained on a schedule of %lld steps; steps %lld..%lld follow the "
+              "learning rate of a %lld-step schedule (leave --steps out to continue the checkpoint's own)\n",
+              (long long)o->steps, (long long)cs.steps, (long long)cs.step + 1, (long long)o->steps,
+              (long long)o->steps);
     if (!o->steps_set) o->steps = cs.steps;
     cs.steps = o->steps;
     r->st = cs;
@@ -277,6 +293,14 @@ static void data_init(RtRun *r, int training) {
                r->val.files[0].path, (long long)r->val.ntok, (long long)r->val.nwin);
   }
   if (!p->eval) r->has_val = 0;
+  /* fewer windows than one step reads: each batch would hold some sequence twice (the corpus is
+   * too small, or a wrong file), which trains silently on repeats */
+  if (training && r->train.nwin < r->gbatch)
+    rt_user_error("%s: '%s' holds %lld sequence(s) of %lld+1 tokens%s, fewer than one global batch of %lld: every step "
+                  "would repeat sequences; give more data%s",
+                  o->data_set ? "--data" : "data (the model's train block)", o->data, (long long)r->train.nwin,
+                  (long long)r->gseq, r->val.files && !o->val ? " after the last 10% held out for validation" : "",
+                  (long long)r->gbatch, r->val.files && !o->val ? " (or --val FILE, which holds none out)" : "");
 }
 
 static void data_free(RtRun *r) {
@@ -408,6 +432,8 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
 
   run_init(r, &argc, &argv);
   if (o->save_to) rt_ckpt_check_dir(o->save_to); /* a bad --save-to fails now, not after the training */
+  if (o->init_from && access(o->init_from, R_OK) != 0) /* (the reader's error did not name the flag) */
+    rt_user_error("--init-from: cannot open '%s': %s", o->init_from, strerror(errno));
   if (o->sample) rt_run_sample_check(r);         /* so does a --sample the program cannot serve */
   if (mem_init(r) != 0) {
     run_free(r);

@@ -59,6 +59,7 @@ typedef struct {
   int64_t max_skips;       /* --max-skips: consecutive skipped steps after which the run stops */
   char twice[1024];        /* the warnings of flags given twice with two values (rank 0 prints them) */
   char others[512];        /* the flags given besides --compile-kernels ("--steps, --data"), for its warning */
+  char save_buf[4096], resume_buf[4096]; /* --save-to / --resume without their trailing '/' (flags.c) */
 } RtOpts;
 
 typedef struct RtCkptWriter RtCkptWriter;

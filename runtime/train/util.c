@@ -4,15 +4,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "files.h"
 
+/* One line "error: MSG" in one write: stderr's pieces from 4 ranks interleaved ("error: error:
+ * --data ..."). */
 void rt_error_v(const char *fmt, va_list ap) {
   fflush(stdout);
-  fputs("error: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  fflush(stderr);
+  char buf[4096];
+  va_list aq;
+  va_copy(aq, ap);
+  int n = vsnprintf(NULL, 0, fmt, aq);
+  va_end(aq);
+  size_t len = (n > 0 ? (size_t)n : 0) + 9; /* "error: " MSG "\n" NUL */
+  char *line = len <= sizeof buf ? buf : malloc(len);
+  if (!line) line = buf, len = sizeof buf; /* (out of memory: the message cut short) */
+  memcpy(line, "error: ", 7);
+  vsnprintf(line + 7, len - 7, fmt, ap);
+  size_t m = strlen(line);
+  line[m] = '\n';
+  for (size_t off = 0; off <= m;) {
+    ssize_t w = write(2, line + off, m + 1 - off);
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+  if (line != buf) free(line);
 }
 
 void rt_user_error(const char *fmt, ...) {

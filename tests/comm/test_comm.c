@@ -662,9 +662,10 @@ int main(int argc, char **argv) {
   RtBoot boot;
   if (!rt_boot_init(&boot, &argc, &argv)) return 1;
   me_rank = boot.rank;
-  if (strcmp(mode, "mesh") == 0) {
+  if (strcmp(mode, "mesh") == 0 || strcmp(mode, "mesh1") == 0) { /* a 4-rank plan, or a 1-rank one */
     MeshMap m;
-    rt_mesh_init(&m, 2, 1, 1, 2, 2);
+    if (strcmp(mode, "mesh1") == 0) rt_mesh_init(&m, 1, 1, 1, 1, 1);
+    else rt_mesh_init(&m, 2, 1, 1, 2, 2);
     bool ok = rt_boot_check_mesh(&boot, &m);
     rt_boot_free(&boot);
     return ok ? 0 : 1;

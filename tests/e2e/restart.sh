@@ -94,6 +94,10 @@ for c in "--np abc|--np 'abc' is not a positive integer" "--delay 1s|--delay '1s
   [ $rc = 2 ] && grep -qF -- "launch.sh: ${c#*|}" "$t/T.out" || { cat "$t/T.out"; fail "launch.sh ${c%%|*} (status $rc)"; }
 done
 rc=0
+bash scripts/launch.sh --np 2 -- "$t/nope" --save-to "$t/T" >"$t/T.out" 2>&1 || rc=$?
+[ $rc = 2 ] && grep -qF "launch.sh: the trainer '$t/nope' is not an executable file" "$t/T.out" ||
+  { cat "$t/T.out"; fail "a missing trainer (status $rc)"; }
+rc=0
 EXPECT_RC=1 killed H --elastic "1:$t/half"
 grep -q "was written with batch 8 x 32 tokens, this run has 4 x 32" "$t/H.out" && grep -q "not restarting" "$t/H.out" ||
   { cat "$t/H.out"; fail "an elastic restart with another global batch was not refused"; }

@@ -166,4 +166,26 @@ expect search_dump 1 'error: --dump-ir=mesh concerns the plan shardc compiles an
 expect compare_time 1 'error: --time-passes concerns the plan' 2000 -- plan "$tiny" --world 2 --compare zero=0,1 --time-passes
 expect no_outline_pp1 0 'shardc: note: --no-outline: the plan has no pipeline (pp 1)' 2000 -- plan "$tiny" --world 1 --no-outline --emit-c "$tmp/nooutline"
 expect import_dir_missing 0 "shardc: note: -I $tmp/nowhere: no such directory: nothing is imported from it" 2000 -- plan "$tiny" --world 1 -I "$tmp/nowhere"
+# 23. A warmup as long as the schedule (the lr never decays) was accepted without a word.
+expect warmup_steps 0 'tiny.model:26:1: warning: train: warmup 300 is not shorter than steps 300' 2000 -- plan "$tiny" --world 1 -D warmup=300
+if "$shardc" plan "$tiny" --world 1 -D warmup=299 2>&1 >/dev/null | grep -q 'warmup'; then
+  echo "FAIL warmup_steps_ok: a warmup shorter than the steps was reported"
+  status=1
+else
+  echo "ok   warmup_steps_ok"
+fi
+# 24. `shardc frob` (a mistyped command) said it could not read a file "frob".
+expect unknown_command 1 "error: unknown command 'frob': shardc build | plan FILE.model, or shardc ckpt" 2000 -- frob "$tiny"
+# 25. A missing import listed a directory given twice (-I of the default one) twice.
+models=$(cd "$(dirname "$tiny")" && pwd)
+printf 'import "topo/nope.topo"\nmodel m {\n  input t : f32[2, 4]\n  loss = sum(t)\n}\n' >"$tmp/imp.model"
+expect import_once 1 "note: looked for $tmp/topo/nope.topo, $models/topo/nope.topo\$" 2000 -- plan "$tmp/imp.model" -I "$models"
+# 26. A syntax error that drops a declaration was followed by an error at every use of what it
+#     declared (a stray ',' in tiny's const list: 6 more, `seq` is not set x 4, unknown name x 2).
+sed 's/seq = 64,/seq = 64,,/' "$tiny" >"$tmp/comma.model"
+expect syntax_alone 1 'comma.model:6:31: error: syntax error' 400 -- plan "$tmp/comma.model" -I "$models"
+# 27. `shardc plan` without a file printed the usage alone.
+expect plan_no_file 1 'shardc: error: `plan` needs a .model file: shardc plan FILE.model' 300 -- plan --world 1
+# 28. --compare with a file that is not there printed a column 'refused' and exited 0.
+expect compare_missing 1 "error: --compare: 'bogus' is neither KEY=V1,V2,... nor a .model file: No such file or directory" 300 -- plan "$tiny" --compare bogus
 exit $status

@@ -109,6 +109,27 @@ void test_resume(void) {
   char *b12 = rt_xprintf("%s/step_00000012/model.safetensors", B);
   CHECK(exists(b12), "no %s", b12);
 
+  /* a schedule that ends before the checkpoint's step trains nothing: refused (it succeeded, "at step
+   * 12 of 5"); a DIR/ names its checkpoints without "//"; another --steps than the checkpoint's: a note */
+  char *Bs = rt_xprintf("%s/", B), *E = path_of("ckE"), *Es = rt_xprintf("%s//", E);
+  EXPECT_ERROR(rt_xprintf("--steps 5 is before the checkpoint's step 12 ('%s/step_00000012'): the run would train "
+                          "nothing; give --steps above 12, or leave --steps out to finish the checkpoint's schedule (20 "
+                          "steps)",
+                          B),
+               "--data", data, "--resume", Bs, "--steps", "5", NULL);
+  EXPECT_ERROR(rt_xprintf("--stop-at 11 is before the checkpoint's step 12 ('%s/step_00000012'): the run would train "
+                          "nothing",
+                          B),
+               "--data", data, "--resume", B, "--stop-at", "11", NULL);
+  r = run_trainer("--data", data, "--resume", Bs, "--steps", "30", "--stop-at", "13", "--save-to", Es, NULL);
+  expect_ok(&r, "resume with a longer schedule");
+  CHECK(strstr(r.err, "note: --steps 30: the checkpoint was trained on a schedule of 20 steps; steps 13..30 follow "
+                      "the learning rate of a 30-step schedule") != NULL,
+        "no note of the changed schedule:\n%s", r.err);
+  CHECK(!strstr(r.out, "//") && strstr(r.out, "ckE/step_00000013 written"), "checkpoint paths:\n%s", r.out);
+  free_result(&r);
+  free(Bs), free(E), free(Es);
+
   free(vA), free(vC), free(b10), free(b12), free(junk), free(junkf), free(stray), free(d5), free(d10), free(d15);
   free(A), free(B), free(C), free(D), free(logA), free(logC), free(data);
 }

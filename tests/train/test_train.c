@@ -268,6 +268,30 @@ static void test_errors(void) {
                "--data", p, NULL);
   free(p);
 
+  { /* a warmup (2) as long as the schedule: the header says the lr only rises, and to what */
+    Result rw = run_trainer("--data", good, "--steps", "2", "--save-to", "", NULL);
+    expect_ok(&rw, "--steps 2 under warmup 2");
+    CHECK(strstr(rw.out, "(cosine, warmup 2, not shorter than the 2 steps: the lr only rises, to 0.01 at step 2)"),
+          "header:\n%s", rw.out);
+    free_result(&rw);
+  }
+  p = path_of("nowhere.safetensors");
+  EXPECT_ERROR(rt_xprintf("--init-from: cannot open '%s': No such file or directory", p), "--data", good, "--init-from",
+               p, NULL);
+  free(p);
+  p = path_of("fewer.bin"); /* 3 windows of 8+1 tokens, a batch of 4: every step would repeat one */
+  write_shard(p, 20240520, 1, 2, t, 25, -1);
+  EXPECT_ERROR(rt_xprintf("--data: '%s' holds 3 sequence(s) of 8+1 tokens, fewer than one global batch of 4: every "
+                          "step would repeat sequences; give more data",
+                          p),
+               "--data", p, NULL);
+  { /* a run that trains no step reads no batch: not refused */
+    Result rf = run_trainer("--data", p, "--steps", "0", "--save-to", "", NULL);
+    expect_ok(&rf, "--steps 0 on a corpus smaller than a batch");
+    free_result(&rf);
+  }
+  free(p);
+
   EXPECT_ERROR(
       rt_xstrdup("--batch 8: this program was compiled for a batch of 4 sequences; recompile with another batch to "
                  "change it"),
@@ -456,6 +480,15 @@ static void test_log(void) {
   CHECK(strstr(r.out, "micro-batch 1 x 8 tokens") != NULL, "--help's micro-batch:\n%s", r.out);
   CHECK(strstr(r.out, "global batch 4 sequences per optimizer step (4 accumulation micro-step(s))") != NULL,
         "--help's global batch:\n%s", r.out);
+  /* the recipe's defaults, the checkpoint directory a plain run writes into among them */
+  CHECK(strstr(r.out, "Without these flags (the model's train block): --steps 10, --seed ") &&
+            strstr(r.out, ", --val '/nonexistent/val.bin'; no checkpoints unless --save-to DIR.\n"),
+        "--help's defaults:\n%s", r.out);
+  prog.recipe.ckpt_dir = "ck/bigram", prog.recipe.ckpt_every = 50, prog.recipe.ckpt_keep = 2;
+  free_result(&r);
+  r = run_trainer("--help", NULL);
+  CHECK(strstr(r.out, ", --save-to 'ck/bigram' --ckpt-every 50 --keep 2.\n"), "--help's checkpoint defaults:\n%s", r.out);
+  prog.recipe.ckpt_dir = NULL, prog.recipe.ckpt_every = 0, prog.recipe.ckpt_keep = 0;
   free_result(&r);
   r = run_trainer("--data", data, "--steps", "1", "--save-to", "", NULL);
   expect_ok(&r, "accumulation run");
