@@ -337,16 +337,8 @@ static int prefetch_layer(Graph *g, Node *n, int pos, int j, const Value *whole,
   SrcLoc loc = n->loc;
   int nc = n->a.ncarry;
   /* the first layer's gather, before the loop */
-  Attrs sa = {0};
-  sa.axis = 0;
-  sa.start = n->a.reverse ? n->a.count - 1 : 0;
-  sa.len = 1;
-  Shape s1 = p->shape;
-  s1.dim[0] = 1;
-  Value *row = ir_emit(g, OP_SLICE, 1, &p, p->dtype, s1, &sa, loc);
-  row->sharding = p->sharding;
-  Value *r0 = ir_emit(g, OP_RESHAPE, 1, &row, x->dtype, x->shape, NULL, loc);
-  r0->sharding = x->sharding;
+  Value *r0 = ir_stacked_row(g, p, n->a.reverse ? n->a.count - 1 : 0, x, loc);
+  Value *row = r0->def->in[0]; /* the slice under the reshape */
   Value *w0 = zero_gather_new(g, r0, whole, dl, z, loc);
   int moved = 0; /* the three before n: placed later, all at once, where g is the parameter's (before) */
   if (before && before->g == g) {
