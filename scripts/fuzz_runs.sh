@@ -27,7 +27,7 @@
 #   cuda: the CUDA target's samples too, run on the emulated device (SHARDRT_DEVICE=emu; slower), against the
 #   single-rank program on the CPU target
 #   BUILD: relative to the repository, or absolute
-# Prints one line a sample and a summary; each failure's folder (its model files, the arguments, the logs, the
+# Prints one line a sample (with its worst relative loss difference) and a summary; each failure's folder (its model files, the arguments, the logs, the
 # checkpoints) is kept under BUILD/fuzz_runs/SEED; exit 1 if any failed.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -76,7 +76,8 @@ close() {
   [ "$n" -ge 2 ] || { echo "$4: $n losses logged, want the steps' and the validation loss"; return; }
   paste <(losses "$1" | tail -n "$n") <(losses "$2") | awk -v tol="$3" -v what="$4" '
     { d = $2 - $1; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; if (r > tol) bad++ }
-    END { if (bad) printf "%s: %d losses beyond %g (worst %.2e)", what, bad, tol, w }'
+    END { if (bad) printf "%s: %d losses beyond %g (worst %.2e)", what, bad, tol, w
+          printf "%.2e\n", w >>(ENVIRON["d"] "/worst") }'
 }
 # the step-3 line and the validation loss, without the timings
 line3() { grep '"step":3' "$1" | sed 's/"ms".*"mem_bytes":[0-9]*//'; }
@@ -85,9 +86,11 @@ same_ckpt() {
   local f
   for f in "$1"/*; do cmp -s "$f" "$2/${f##*/}" || return 1; done
 }
-# check DIR: builds and runs sample DIR; prints why it fails (nothing when it passes)
+# check DIR: builds and runs sample DIR; prints why it fails (nothing when it passes); DIR/worst: the worst
+# relative difference of each comparison
 check() {
-  local d=$1 s=${1##*/} world vocab seq target prec tol fmt
+  export d=$1
+  local s=${1##*/} world vocab seq target prec tol fmt
   read -r _ world _ vocab _ seq _ target _ prec <"$d/shape"
   tol=1e-5
   [ "$prec" = bf16 ] && tol=0.0009765625
@@ -155,7 +158,7 @@ while if [ ${#seeds[@]} -gt 0 ]; then [ "$k" -lt ${#seeds[@]} ]; else [ $(($(dat
       rm -rf "${out:?}/$s" && cp -r "$d" "$out/$s"
       echo "FAIL seed $s ($desc): $(tr '\n' ' ' <<<"$why"); kept in $out/$s"
     else
-      echo "ok   seed $s ($desc)"
+      echo "ok   seed $s ($desc; worst |rel| $(sort -g "$d/worst" | tail -1))"
     fi
   done
 done
