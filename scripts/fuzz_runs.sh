@@ -16,7 +16,8 @@
 #   the layout from the single-rank program's step 2     (what the layout loads into its blocks)
 #   the layout from its own step 2                       (a round trip: bit-identical to the uninterrupted
 #                                                          run, its step-3 log line and its step-3 checkpoint)
-# The first two against the uninterrupted single-rank step 3 and validation loss, within the same tolerance
+# And the layout's step 2 (sharded: converted by `shardc ckpt convert`) must hold the single rank's entries
+# (names, dtypes, shapes: `shardc ckpt info`). The first two against the uninterrupted single-rank step 3 and validation loss, within the same tolerance
 # as the runs themselves: their step-2 state is the layout's or the single rank's, which the uninterrupted
 # comparison already holds within it, and one step more from either is the comparison's own step 3.
 # Tolerance (relative, every loss): f32 1e-5, the multi-rank e2e tests' (tests/codegen/layouts.sh); bf16
@@ -115,7 +116,15 @@ check() {
   [ "$(losses "$d/p.jsonl" | wc -l)" = 4 ] || { echo "the $world-rank trainer logged $(losses "$d/p.jsonl" | wc -l) losses, want 4"; return; }
   close "$d/r.jsonl" "$d/p.jsonl" "$tol" "3 steps"
   # the checkpoints across layouts
-  local c2=step_00000002 c3=step_00000003
+  local c2=step_00000002 c3=step_00000003 lc="$d/ckp/step_00000002"
+  # the layout's step 2 (a sharded one converted to a single file) holds the single rank's entries
+  if [ "$fmt" = sharded ]; then
+    lc="$d/cv"
+    "$shardc" ckpt convert "$d/ckp/$c2" "$lc" >"$d/cv.log" 2>&1 || { echo "shardc ckpt convert of the $fmt step 2 failed"; return; }
+  fi
+  entries() { "$shardc" ckpt info "$1" 2>&1 | grep '^  '; }
+  [ "$(entries "$d/ckr/$c2")" = "$(entries "$lc")" ] ||
+    echo "the $world-rank $fmt step 2's entries (names, dtypes, shapes) differ from the single rank's"
   timeout 180 "$d/r" "${run[@]}" --resume "$d/ckp/$c2" --log "$d/rp.jsonl" >"$d/rp.log" 2>&1 ||
     { echo "the single-rank trainer resumed from the $world-rank $fmt step 2 failed: $(grep -m1 error "$d/rp.log")"; return; }
   close "$d/r.jsonl" "$d/rp.jsonl" "$tol" "the single rank resumed from the $world-rank $fmt step 2"

@@ -129,4 +129,10 @@ resume "z0->z3" ck_z0 z3dp2
 # the layers (f32[1, 64]{S(dp)@0} a rank) where its parameter is whole, and is read per layer all the same
 # (runtime/train/ckpt.c rt_ckpt_per_layer: fuzz_runs seed 20700029 asked for 'adam_m:blocks.rmsnorm.w' whole)
 resume "one->z1" ck_one z1dp2
+# ... and the index of zero 1's sharded checkpoint says so: converted to a single file, it holds the one
+# rank's entries ('adam_m:blocks.0.layernorm.w', ..., not 'adam_m:blocks.layernorm.w' whole)
+"$shardc" ckpt convert "$t/ck_z1/step_00000010" "$t/cv_z1" >/dev/null
+[ "$("$shardc" ckpt info "$t/cv_z1" | grep '^  ')" = "$("$shardc" ckpt info "$t/ck_one/step_00000010" | grep '^  ')" ] ||
+  { echo "FAIL: zero 1's sharded step 10 converted holds other entries than one rank's"; exit 1; }
+echo "zero 1 dp2 sharded step 10, converted: the one rank's entries"
 echo "zero: ok"
