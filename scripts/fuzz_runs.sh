@@ -7,7 +7,9 @@
 # not: the generated C, the kernels, the runtime's collectives and point-to-point under real concurrency, the
 # trainer's eval, its checkpoints. Found on its first run (seed 20100332): eval under cp 2 x ZeRO-2 x recompute
 # full with accumulation read position ids whose bytes step had given away (tests/codegen/cp_eval.model); a
-# deadlock of pp 2 x cp 2 interleaved was found by running plans by hand the same day.
+# deadlock of pp 2 x cp 2 interleaved was found by running plans by hand the same day. The checkpoint checks'
+# first run (seed 20700029, dp 2 x zero 1): a logical checkpoint did not resume under ZeRO 1 / 2 where the
+# state of a stacked parameter is split over dp along the layers (runtime/train/ckpt.c rt_ckpt_per_layer).
 #
 # Checkpoints across layouts: both runs also save at step 2 (the multi-rank one sharded for an even seed,
 # logical for an odd one), and three runs resume them for step 3:
