@@ -6,8 +6,9 @@
 #                    with `coalesce on`, passes/zero_coalesce.c): 20 AdamW steps
 #                    give the single-rank loss curve (1e-5 relative per step, the tolerance of
 #                    layouts.sh, which justifies it); checkpoints stay logical: a zero-1 dp=2
-#                    checkpoint at step 10 resumes under zero 0 (dp=2) and on one rank, and a
-#                    zero-0 dp=2 checkpoint resumes under zero 1, each with the uninterrupted
+#                    checkpoint at step 10 resumes under zero 0 (dp=2) and on one rank, a zero-0
+#                    dp=2 checkpoint under zero 1, 2 and 3 and a one-rank (logical) checkpoint under
+#                    zero 1 (its layers' state split over dp), each with the uninterrupted
 #                    run's step-11 loss (1e-5 relative)
 set -euo pipefail
 shardc=$(realpath "$1")
@@ -101,6 +102,7 @@ awk -v s="$s" -v e="$e" -v ps="${ps:-0}" -v pe="${pe:-0}" 'BEGIN { g = (e - pe) 
 "${mpi[@]}" -np 2 "$t/z2dp2" "${run[@]}" --stop-at 10 --save-to "$t/ck_z2" >/dev/null
 "${mpi[@]}" -np 2 "$t/z3dp2" "${run[@]}" --stop-at 10 --save-to "$t/ck_z3" >/dev/null
 "${mpi[@]}" -np 2 "$t/dp2" "${run[@]}" --stop-at 10 --save-to "$t/ck_z0" >/dev/null
+"$t/one" "${run[@]}" --threads 2 --stop-at 10 --save-to "$t/ck_one" >/dev/null
 want=$(losses "$t/one.jsonl" | sed -n 11p)
 resume() { # resume NAME CKPT -np N BINARY
   local name=$1 ck=$2
@@ -123,4 +125,14 @@ resume "z0->z2" ck_z0 z2dp2
 resume "z3->z0" ck_z3 dp2
 resume "z3->one" ck_z3 one
 resume "z0->z3" ck_z0 z3dp2
+# a logical checkpoint (one rank's) under zero 1: the state of a stacked parameter is split over dp along
+# the layers (f32[1, 64]{S(dp)@0} a rank) where its parameter is whole, and is read per layer all the same
+# (runtime/train/ckpt.c rt_ckpt_per_layer: fuzz_runs seed 20700029 asked for 'adam_m:blocks.rmsnorm.w' whole)
+resume "one->z1" ck_one z1dp2
+# ... and the index of zero 1's sharded checkpoint says so: converted to a single file, it holds the one
+# rank's entries ('adam_m:blocks.0.layernorm.w', ..., not 'adam_m:blocks.layernorm.w' whole)
+"$shardc" ckpt convert "$t/ck_z1/step_00000010" "$t/cv_z1" >/dev/null
+[ "$("$shardc" ckpt info "$t/cv_z1" | grep '^  ')" = "$("$shardc" ckpt info "$t/ck_one/step_00000010" | grep '^  ')" ] ||
+  { echo "FAIL: zero 1's sharded step 10 converted holds other entries than one rank's"; exit 1; }
+echo "zero 1 dp2 sharded step 10, converted: the one rank's entries"
 echo "zero: ok"

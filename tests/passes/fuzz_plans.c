@@ -25,8 +25,9 @@
  * usage: fuzz_plans [--from N] [--count N] [--seconds S] [--min-equal PCT] [--seed N (one, in-process)]
  *                   [--emit DIR [--emit-cuda]] [-v]
  * The CTest runs a fixed seed range (passes_fuzz_plans); scripts/fuzz.sh SECONDS 1 plans runs it for
- * longer, built with ASan and UBSan. --emit DIR writes each f32 CPU sample (--emit-cuda: CUDA ones too) proven equal on 2 to 4 ranks
- * to DIR/SEED/ (plan.model, ref.model, plan.args, ref.args, shape: what `shardc build` needs), for
+ * longer, built with ASan and UBSan. --emit DIR writes each CPU sample (--emit-cuda: CUDA ones too), f32 or bf16,
+ * proven equal on 2 to 4 ranks to DIR/SEED/ (plan.model, ref.model, plan.args, ref.args, shape: what `shardc
+ * build` needs and the world, vocabulary, sequence, target and precision), for
  * scripts/fuzz_runs.sh, which builds both trainers and runs them under mpirun (the runtime, its
  * collectives and point-to-point included, which the interpreter does not run).
  */
@@ -65,7 +66,7 @@ static bool emit_cuda;       /* --emit-cuda: the CUDA target's samples too */
 
 /* --emit: sample s (proven equal: m, its single-rank defines rd) as files for scripts/fuzz_runs.sh. */
 static void emit_sample(const PlanSample *s, const Module *m, const FeDefine *rd, int nrd) {
-  if (!emit_dir || s->bf16 || (s->target != TARGET_CPU && !emit_cuda) || m->mesh->world < 2 || m->mesh->world > 4) return;
+  if (!emit_dir || (s->target != TARGET_CPU && !emit_cuda) || m->mesh->world < 2 || m->mesh->world > 4) return;
   char dir[600], path[700];
   snprintf(dir, sizeof dir, "%s/%llu", emit_dir, (unsigned long long)s->seed);
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) return;
@@ -84,8 +85,8 @@ static void emit_sample(const PlanSample *s, const Module *m, const FeDefine *rd
       for (int i = 0; i < nrd; i++) fprintf(f, "-D\n%s=%s\n", rd[i].key, rd[i].value);
       fprintf(f, "--world\n1\n");
     } else
-      fprintf(f, "world %d vocab %lld seq %lld target %s\n", m->mesh->world, (long long)s->V, (long long)s->S,
-              s->target == TARGET_CUDA ? "cuda" : "cpu");
+      fprintf(f, "world %d vocab %lld seq %lld target %s precision %s\n", m->mesh->world, (long long)s->V,
+              (long long)s->S, s->target == TARGET_CUDA ? "cuda" : "cpu", s->bf16 ? "bf16" : "f32");
     fclose(f);
   }
 }
