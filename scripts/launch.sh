@@ -27,6 +27,9 @@
 #       build/shardc, else shardc on PATH).
 #   --elastic M:TRAINER_M   runs TRAINER_M, a trainer built beforehand for M ranks, instead.
 # Without a launcher (--np 1 and --launcher ""), TRAINER runs as one process.
+# SIGTERM or SIGUSR1 to the launcher is forwarded to the trainer's ranks as SIGUSR1: they stop
+# gracefully after a checkpoint of the step they are in, status 75, which the launcher returns
+# without restarting (the next launch resumes from that checkpoint).
 # The launcher's own flags are checked before anything starts: --np a positive integer, --delay
 # seconds, --model and --shardc only with --elastic M (status 2 otherwise).
 set -uo pipefail
@@ -113,14 +116,46 @@ fi
 read -r -a launch <<<"$launcher"
 npflag=-np # mpirun's; srun counts tasks with -n
 [ ${#launch[@]} -gt 0 ] && [ "$(basename "${launch[0]}")" = srun ] && npflag=-n
+# SIGTERM / SIGUSR1 to the launcher (Slurm's warning before the time limit: `#SBATCH
+# --signal=B:USR1@120` sends it to the batch script, which execs this) is forwarded as SIGUSR1 to
+# the attempt running (mpirun and srun pass SIGUSR1 on to every rank; mpirun would take SIGTERM
+# as an abort), whose trainer then stops gracefully: every rank finishes its step, a checkpoint of
+# it is saved, and the trainer exits with status 75, which ends the launcher with 75 (the next
+# run's --resume auto continues from that checkpoint).
 attempt=0
+child="" signalled=""
+forward() { signalled=$1; [ -n "$child" ] && kill -USR1 "$child" 2>/dev/null; }
+trap 'forward TERM' TERM
+trap 'forward USR1' USR1
+# (a command in the background ignores SIGINT: Ctrl-C reaches it as SIGTERM from here)
+interrupted=""
+trap 'interrupted=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' INT
 while :; do
+  # in the background, so that a signal's trap runs at once (bash runs it only once a foreground
+  # command has finished); wait returns early on a trap, so wait until the attempt is gone
   if [ ${#launch[@]} -gt 0 ]; then
-    "${launch[@]}" "$npflag" "$np" "$trainer" "$@" --resume auto
+    "${launch[@]}" "$npflag" "$np" "$trainer" "$@" --resume auto &
   else
-    "$trainer" "$@" --resume auto
+    "$trainer" "$@" --resume auto &
   fi
+  child=$!
+  [ -n "$signalled" ] && kill -USR1 "$child" 2>/dev/null # (a signal between two attempts)
+  while kill -0 "$child" 2>/dev/null; do wait "$child"; done
+  wait "$child" # (its status, kept by bash however the loop ended)
   rc=$?
+  child=""
+  if [ -n "$interrupted" ]; then
+    echo "launch.sh: interrupted (SIGINT): attempt $((attempt + 1)) ended with status $rc" >&2
+    exit 130
+  fi
+  if [ $rc -eq 75 ]; then
+    echo "launch.sh: the trainer stopped on a signal after saving a checkpoint (status 75): not restarting; --resume auto continues from it" >&2
+    exit 75
+  fi
+  if [ -n "$signalled" ]; then
+    echo "launch.sh: SIG$signalled: attempt $((attempt + 1)) ended with status $rc; not restarting" >&2
+    exit $rc
+  fi
   [ $rc -eq 0 ] && exit 0
   if [ $rc -eq 1 ]; then
     echo "launch.sh: the trainer stopped with status 1 (a user error or a diverged run): not restarting" >&2

@@ -318,20 +318,23 @@ static void fmt_value(char *out, size_t n, double v) {
     snprintf(out, n, "%.6g", v);
 }
 
-/* NaN / Inf after a step, agreed by every rank in one 12-byte all-reduce (a pipeline's other
- * stages do not see the loss): STEP_SKIPPED when the step skipped its update (--on-nonfinite
- * skip: the compiled update is gated on the global gradient sum of squares, the all-reduced value
- * behind grad_norm, so every rank skipped or none did — a disagreement is a bug), STEP_BAD when
- * the loss or the gradients are not finite and the step was not skipped. */
+/* NaN / Inf after a step, and a stop asked for by a signal, agreed by every rank in one 16-byte
+ * all-reduce (a pipeline's other stages do not see the loss; a rank may get the signal a step
+ * after another): STEP_SKIPPED when the step skipped its update (--on-nonfinite skip: the
+ * compiled update is gated on the global gradient sum of squares, the all-reduced value behind
+ * grad_norm, so every rank skipped or none did — a disagreement is a bug), STEP_BAD when the loss
+ * or the gradients are not finite and the step was not skipped. *stop: some rank got SIGTERM /
+ * SIGUSR1 (stop.c). */
 enum { STEP_OK, STEP_SKIPPED, STEP_BAD };
-static int check_finite(RtRun *r, int64_t s, double loss, double gn) {
+static int check_finite(RtRun *r, int64_t s, double loss, double gn, int *stop) {
   int bad_grad = r->gnorm && !isfinite(gn);
-  int f[3] = {r->o.skip && bad_grad, r->o.skip && !bad_grad, !isfinite(loss) || bad_grad};
-  rt_dist_any_n(&r->ctx, f, 3);
+  int f[4] = {r->o.skip && bad_grad, r->o.skip && !bad_grad, !isfinite(loss) || bad_grad, rt_stop_signal() != 0};
+  rt_dist_any_n(&r->ctx, f, 4);
   if (f[0] && f[1])
     rt_bug("rank %d: the ranks disagree on whether step %lld's gradients are finite (this rank's gradient norm is "
            "%g): some skipped the update and some applied it",
            r->ctx.rank, (long long)s, gn);
+  *stop = f[3];
   return f[0] ? STEP_SKIPPED : f[2] ? STEP_BAD : STEP_OK;
 }
 
@@ -377,7 +380,8 @@ static void train_loop(RtRun *r, RtLoop *loop) {
       free(path);
     }
     if (steady) loop->t_steady += dt, loop->steady_steps++;
-    int verdict = check_finite(r, s, loss, gn);
+    int stop_asked;
+    int verdict = check_finite(r, s, loss, gn, &stop_asked);
     if (verdict == STEP_SKIPPED) r->st.skipped++, r->st.skip_run++; /* (the log line counts this one) */
     else r->st.skip_run = 0;
     RtStepStats st = {.step = s, .loss = loss, .lr = lr, .gnorm = gn, .seconds = dt, .comm_seconds = dcomm,
@@ -409,6 +413,11 @@ static void train_loop(RtRun *r, RtLoop *loop) {
       rt_log_eval(r, s, loop->last_val = rt_run_evaluate(r));
     if (o->ckpt_every && s % o->ckpt_every == 0 && s != stop) rt_run_save(r), loop->saved_at = s;
     rt_fault_after_log(r, s, first);
+    if (stop_asked && s < stop) { /* every rank agreed: the run ends after this step, checkpointed (rt_train_main) */
+      loop->stop = s;
+      loop->stopped = 1;
+      break;
+    }
   }
   loop->t_total = rt_now() - t_start;
 }
@@ -420,6 +429,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (rt_opts_parse(argc, argv, p, &r->o)) return 0;
   RtOpts *o = &r->o;
+  if (!o->compile_kernels) rt_stop_install(); /* SIGTERM / SIGUSR1: a checkpoint, then RT_EXIT_STOPPED */
   if (o->compile_kernels) { /* no rank, no data, no device: NVRTC into the kernel cache */
     if (!p->device || !p->device->compile)
       rt_user_error("--compile-kernels %s: this trainer runs on the CPU: it has no GPU kernels to compile",
@@ -450,7 +460,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   train_loop(r, &loop);
   rt_run_trace_close(r);
   r->ctx.step = 0;
-  if (r->has_val && !(o->eval_every && r->st.step % o->eval_every == 0 && r->st.step >= loop.first))
+  if (r->has_val && !loop.stopped && !(o->eval_every && r->st.step % o->eval_every == 0 && r->st.step >= loop.first))
     rt_log_eval(r, r->st.step, loop.last_val = rt_run_evaluate(r));
   /* at the end; a fresh run with --steps 0 and --save-to saves its initial (or --init-from) weights as step 0;
    * a resumed one that trains no step saves into a --save-to without that step (a conversion: say
@@ -466,11 +476,29 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     rt_run_save(r);
   rt_run_writer_free(r); /* the last checkpoint is complete before the run ends */
   rt_log_done(r, &loop);
-  if (o->sample) rt_run_sample(r);
+  if (loop.stopped) {
+    /* every rank's writer has finished and rank 0 has committed before any rank exits: under mpirun
+     * the first rank to exit non-zero has the others killed */
+    if (r->ctx.world > 1) rt_dist_barrier(&r->ctx);
+    if (r->ctx.rank == 0) {
+      int sig = rt_stop_signal();
+      if (o->save_to)
+        printf("stopped on %s after step %lld of %lld: checkpoint %s/step_%08lld saved; exit status %d (resume with "
+               "--resume auto or --resume %s)\n",
+               sig ? rt_stop_signal_name(sig) : "a signal to another rank", (long long)r->st.step, (long long)o->steps,
+               o->save_to, (long long)r->st.step, RT_EXIT_STOPPED, o->save_to);
+      else
+        printf("stopped on %s after step %lld of %lld: no --save-to, so nothing was saved; exit status %d\n",
+               sig ? rt_stop_signal_name(sig) : "a signal to another rank", (long long)r->st.step, (long long)o->steps,
+               RT_EXIT_STOPPED);
+    }
+  } else if (o->sample) {
+    rt_run_sample(r);
+  }
 
   rt_log_free(r);
   data_free(r);
   mem_free(r);
   run_free(r);
-  return 0;
+  return loop.stopped ? RT_EXIT_STOPPED : 0;
 }

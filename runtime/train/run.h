@@ -101,6 +101,7 @@ typedef struct {
   int64_t steady_steps; /* steps in t_steady */
   double last_val;      /* the last validation loss (NaN: none) */
   int64_t saved_at;     /* step of the last checkpoint written in the loop (-1: none) */
+  int stopped;          /* the ranks agreed to stop on a signal (stop.c) after step `stop` */
 } RtLoop;
 
 /* What one step printed and logged. */
@@ -143,6 +144,11 @@ void rt_run_from_dev(RtRun *r, const RtTensor *t);
 void rt_fault_before_step(RtRun *r, int64_t s);
 void rt_fault_after_step(RtRun *r);
 void rt_fault_after_log(RtRun *r, int64_t s, int64_t first);
+/* stop.c: SIGTERM / SIGUSR1 ask for a graceful stop (checkpoint, then exit RT_EXIT_STOPPED). */
+#define RT_EXIT_STOPPED 75 /* stopped on a signal after saving a checkpoint: resume it (EX_TEMPFAIL) */
+void rt_stop_install(void);
+int rt_stop_signal(void); /* the first signal received, 0 when none */
+const char *rt_stop_signal_name(int sig);
 /* Every tensor of the kinds (bits 1 << RT_T_*). */
 void rt_run_kinds_to_dev(RtRun *r, int kinds);
 /* The persistent bf16 copies (RT_T_COPY) of parameter `param` (NULL: of every parameter) cast from
