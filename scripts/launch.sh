@@ -2,7 +2,7 @@
 # scripts/launch.sh — starts a shardc trainer and restarts it after a failure, from the newest
 # complete checkpoint, up to --max-restarts times.
 #
-#   scripts/launch.sh [--np N] [--max-restarts K] [--delay S] [--launcher "mpirun ..."] -- TRAINER [FLAGS...]
+#   scripts/launch.sh [--np N] [--max-restarts K] [--requeue] [--delay S] [--launcher "mpirun ..."] -- TRAINER [FLAGS...]
 #
 # Each attempt runs `LAUNCHER -np N TRAINER FLAGS --resume auto` (`srun -n N ...` for srun) (--resume auto: the newest complete
 # checkpoint in --save-to, or a fresh start when there is none yet), so the trainer's flags must
@@ -29,7 +29,9 @@
 # Without a launcher (--np 1 and --launcher ""), TRAINER runs as one process.
 # SIGTERM or SIGUSR1 to the launcher is forwarded to the trainer's ranks as SIGUSR1: they stop
 # gracefully after a checkpoint of the step they are in, status 75, which the launcher returns
-# without restarting (the next launch resumes from that checkpoint).
+# without restarting (the next launch resumes from that checkpoint). --requeue (in a Slurm job:
+# the --sbatch script's) then runs `scontrol requeue $SLURM_JOB_ID` and returns 0, so the job runs
+# again and resumes there (the job must be requeueable: `#SBATCH --requeue`).
 # The launcher's own flags are checked before anything starts: --np a positive integer, --delay
 # seconds, --model and --shardc only with --elastic M (status 2 otherwise).
 set -uo pipefail
@@ -41,10 +43,12 @@ elastic=""
 model=""
 shardc=${SHARDC:-}
 shardc_given=""
+requeue=""
 usage_text() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; }
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage_text; exit 0 ;;
+    --requeue) requeue=1; shift ;;
     --np|--max-restarts|--delay|--launcher|--elastic|--model|--shardc)
       [ $# -ge 2 ] || { echo "launch.sh: $1 needs a value (see --help)" >&2; exit 2; } ;;&
     --np) np=$2; shift 2 ;;
@@ -58,7 +62,7 @@ while [ $# -gt 0 ]; do
     *) echo "launch.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[ $# -ge 1 ] || { echo "usage: scripts/launch.sh [--np N] [--max-restarts K] [--delay S] [--launcher CMD] [--elastic M[:TRAINER_M]] [--model 'FILE.model [OPTIONS]'] [--shardc PATH] -- TRAINER [FLAGS...]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: scripts/launch.sh [--np N] [--max-restarts K] [--requeue] [--delay S] [--launcher CMD] [--elastic M[:TRAINER_M]] [--model 'FILE.model [OPTIONS]'] [--shardc PATH] -- TRAINER [FLAGS...]" >&2; exit 2; }
 case $max in ''|*[!0-9]*) echo "launch.sh: --max-restarts '$max' is not a non-negative integer" >&2; exit 2 ;; esac
 # (a bad --np reached mpirun; a bad --delay failed only at the first restart's sleep)
 case $np in ''|*[!0-9]*|0|00*) echo "launch.sh: --np '$np' is not a positive integer" >&2; exit 2 ;; esac
@@ -150,6 +154,12 @@ while :; do
   fi
   if [ $rc -eq 75 ]; then
     echo "launch.sh: the trainer stopped on a signal after saving a checkpoint (status 75): not restarting; --resume auto continues from it" >&2
+    if [ -n "$requeue" ]; then
+      [ -n "${SLURM_JOB_ID:-}" ] || { echo "launch.sh: --requeue: not in a Slurm job (no SLURM_JOB_ID)" >&2; exit 75; }
+      scontrol requeue "$SLURM_JOB_ID" || { echo "launch.sh: --requeue: scontrol requeue $SLURM_JOB_ID failed" >&2; exit 75; }
+      echo "launch.sh: job $SLURM_JOB_ID requeued: it resumes from that checkpoint" >&2
+      exit 0
+    fi
     exit 75
   fi
   if [ -n "$signalled" ]; then
