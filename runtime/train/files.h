@@ -29,6 +29,8 @@
  * ends the process with status 1. Never returns. */
 /* Prints "error: <message>" on stderr (stdout flushed first); rt_user_error then exits 1. */
 void rt_error_v(const char *fmt, va_list ap);
+/* What precedes "error: " (NULL: nothing): "shardc ckpt: " for the checkpoint tool. */
+extern const char *rt_error_tool;
 _Noreturn void rt_user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A bug in the runtime or in the program it was handed: prints and aborts. */
 _Noreturn void rt_bug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
