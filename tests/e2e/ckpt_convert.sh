@@ -94,6 +94,16 @@ bad format "--format 'hf' is neither single nor sharded" "$shardc" ckpt convert 
 bad option "unknown option '--fast'" "$shardc" ckpt convert "$t/sh" "$t/out" --fast
 bad format-twice "--format given twice \('sharded', then 'single'\); give it once" "$shardc" ckpt convert "$t/sh" "$t/out" --format sharded --format=single
 bad nothing "holds no checkpoint|cannot open" "$shardc" ckpt convert "$t/nothing" "$t/out"
+# a checkpoint of another model (2 layers into 3, 3 into 2: the latter resumed its first 2 layers without a
+# word before) is refused naming the tensor and both layer counts, single-file and sharded
+"$shardc" build models/tiny.model -D seq=32 -D micro_batch=2 -D batch=4 -D layers=3 --world 1 -o "$t/three" >/dev/null
+bad layers-2-into-3 "comes from another model: it holds 2 layer\(s\) of 'blocks.layernorm.w', this model has 3 \('blocks.2.layernorm.w' is missing\)" \
+  "$t/three" "${w[@]}" --resume "$single" --save-to ''
+bad layers-2-into-3-sharded "tensor 'blocks.layernorm.w' is F32 \[2, 64\], the model needs F32 \[3, 64\]: the checkpoint comes from another model \(2 layer\(s\), this model has 3\)" \
+  "$t/three" "${w[@]}" --resume "$t/sh" --save-to ''
+"$t/three" "${w[@]}" --stop-at 1 --save-to "$t/ck3" >/dev/null
+bad layers-3-into-2 "comes from another model: it holds 3 layer\(s\) of 'blocks.layernorm.w', this model has 2 \('blocks.2.layernorm.w' is one too many\)" \
+  "$t/one" "${w[@]}" --resume "$t/ck3" --save-to ''
 # every truncation of index.json at a stride, and byte flips at a stride of positions: an error
 # (status 1) or, where the damage left a valid checkpoint, a conversion; never a signal
 size=$(stat -c %s "$t/sh/index.json")
