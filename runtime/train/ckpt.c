@@ -461,7 +461,7 @@ void rt_ckpt_check_layers(const RtStFile *s, const RtProgram *p, const RtTensor 
     rt_layer_name(nm, sizeof nm, t->name, have);
     if (!rt_json_get(s->hdr, nm)) break;
   }
-  if (have == t->dims[0] || (!have && rt_json_get(s->hdr, t->name))) return; /* (whole: an older checkpoint) */
+  if (have == t->dims[0] || !have) return; /* (none: whole, as older checkpoints hold it, or missing: the reader says so) */
   const RtJson *m = rt_json_get(rt_json_get(s->hdr, "__metadata__"), "model");
   const char *ck = m && m->kind == RT_JSON_STR ? m->str : "", *mine = p->model ? p->model : "";
   char names[300] = ""; /* (the same name when a knob like -D layers=3 differs) */

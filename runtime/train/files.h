@@ -104,8 +104,8 @@ typedef struct {
 void rt_st_open(RtStFile *s, const char *path);
 void rt_st_close(RtStFile *s);
 /* A logical checkpoint file s holds exactly the layers of stacked tensor t (t->dims[0] entries
- * "blocks.L.w"; or t whole, as older checkpoints hold it); otherwise a user error: it comes from
- * another model, with both layer counts (ckpt.c). */
+ * "blocks.L.w"), or none (t whole, as older checkpoints hold it, or missing: the reader's error);
+ * otherwise a user error: it comes from another model, with both layer counts (ckpt.c). */
 void rt_ckpt_check_layers(const RtStFile *s, const RtProgram *p, const RtTensor *t);
 /* The data offset of tensor `name`, after checking its dtype and shape (errors name both). */
 int64_t rt_st_find(RtStFile *s, const char *name, int dtype, const int64_t *dims, int rank);
