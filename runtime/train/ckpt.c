@@ -125,9 +125,15 @@ void rt_ckpt_stall(const char *point, int64_t step, int rank) {
   int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
   if (write(fd, line, (size_t)n) != n || fsync(fd) != 0 || close(fd) != 0)
     rt_user_error("SHARDRT_CKPT_STALL_MARK: cannot write '%s'", mark);
+  char *go = rt_xprintf("%s.go", mark); /* (a test that lets the write go on creates it) */
   free(mark);
-  for (int i = 0; i < 600; i++) /* the test kills the job now; 60 s without it is its failure */
+  for (int i = 0; i < 600; i++) { /* the test kills the job now; 60 s without it is its failure */
+    if (access(go, F_OK) == 0) {
+      free(go);
+      return;
+    }
     usleep(100 * 1000);
+  }
   rt_fatal(1, "checkpoint: stalled at '%s' (SHARDRT_CKPT_STALL) for 60 s and nobody killed the job", point);
 }
 

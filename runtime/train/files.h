@@ -158,7 +158,8 @@ void rt_ckpt_commit(const char *dir, const char *tmp, int64_t step, int keep);
  * the job there. Points in write order: start, piece (half of the rank's file written), file
  * (written, not yet renamed), renamed, index (rank 0: every file there and index.json written),
  * commit (rank 0: step_N renamed into place), keep (rank 0: an old checkpoint moved aside by
- * --keep, not yet removed). */
+ * --keep, not yet removed). A file SHARDRT_CKPT_STALL_MARK.K.go lets the stalled writer go on
+ * (tests/e2e/stop.sh: signals during the save). */
 void rt_ckpt_stall(const char *point, int64_t step, int rank);
 int rt_ckpt_stall_armed(const char *point, int64_t step, int rank);
 void rt_fsync_path(const char *path, int dir); /* fsync a file (dir 0) or directory (1); user error if it fails */

@@ -4,6 +4,8 @@
 #     trainer's test hook SHARDRT_FAULT_SIGNAL=7:1): both ranks stop after step 7, its checkpoint
 #     is complete (and no later one), the exit status is 75, and a --resume auto continues with steps
 #     8..20's losses and the step-20 checkpoint bit-identical to an undisturbed run's;
+#   - SIGTERM and SIGUSR1 to both ranks while that checkpoint is being written (its writer held by
+#     SHARDRT_CKPT_STALL, then let go): the save completes, status 75, the resume bit-identical;
 #   - one rank, the signal before step 8 (a --ckpt-every step: saved once): the same;
 #   - scripts/launch.sh forwards its own SIGTERM to the ranks (SHARDRT_FAULT_WAIT holds every rank
 #     before step 5 until the signal is there, so the test does not race a fast run), returns 75
@@ -47,6 +49,26 @@ grep -q "resumed from $t/B/step_00000007: step 7" "$t/B2.out" || { cat "$t/B2.ou
 cp "$t/b.jsonl" "$t/B.jsonl"
 resumed B a
 echo "dp=2, SIGTERM to rank 1 only before step 7: both stopped after step 7 (status 75, its checkpoint); resume bit-identical"
+# signals during the save: rank 1's writer of step 7 held once its file is written (SHARDRT_CKPT_STALL), both
+# ranks get SIGTERM and SIGUSR1 again, then the writer goes on: the checkpoint is whole and resumes bit-identically
+SHARDRT_FAULT_SIGNAL=7:1 SHARDRT_CKPT_STALL=file:7:1 SHARDRT_CKPT_STALL_MARK=$t/mark \
+  "${mpi[@]}" -np 2 "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/D" --log "$t/D.jsonl" >"$t/D.out" 2>&1 &
+dpid=$!
+for _ in $(seq 600); do [ -s "$t/mark.1" ] && break; sleep 0.1; done
+[ -s "$t/mark.1" ] || { kill $dpid; cat "$t/D.out"; fail "D: the writer of step 7 did not stall"; }
+pids=$(pgrep -f "^$t/dp2 " || true)
+[ "$(echo "$pids" | wc -w)" = 2 ] || { kill $dpid; fail "D: 2 ranks not found ($pids)"; }
+kill -TERM $pids
+kill -USR1 $pids
+sleep 0.3
+touch "$t/mark.1.go"
+rc=0
+wait $dpid || rc=$?
+stopped D 7 $rc
+"${mpi[@]}" -np 2 "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/D" --resume auto --log "$t/D.jsonl" >"$t/D2.out" 2>&1 || { cat "$t/D2.out"; fail "D: the resume failed"; }
+grep -q "resumed from $t/D/step_00000007: step 7" "$t/D2.out" || { cat "$t/D2.out"; fail "D: not resumed from step 7"; }
+resumed D a
+echo "dp=2, SIGTERM and SIGUSR1 to both ranks while step 7's checkpoint is written: it completes (status 75); resume bit-identical"
 rc=0
 SHARDRT_FAULT_SIGNAL=8 "$t/one" "${run[@]}" "${ck[@]}" --save-to "$t/C" --log "$t/C.jsonl" >"$t/C.out" 2>&1 || rc=$?
 stopped C 8 $rc
