@@ -429,7 +429,6 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (rt_opts_parse(argc, argv, p, &r->o)) return 0;
   RtOpts *o = &r->o;
-  if (!o->compile_kernels) rt_stop_install(); /* SIGTERM / SIGUSR1: a checkpoint, then RT_EXIT_STOPPED */
   if (o->compile_kernels) { /* no rank, no data, no device: NVRTC into the kernel cache */
     if (!p->device || !p->device->compile)
       rt_user_error("--compile-kernels %s: this trainer runs on the CPU: it has no GPU kernels to compile",
@@ -457,6 +456,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   rt_log_init(r, &loop);
 
   rt_run_trace_open(r);
+  if (loop.first <= loop.stop) rt_stop_install(); /* SIGTERM / SIGUSR1: a checkpoint, then RT_EXIT_STOPPED */
   train_loop(r, &loop);
   rt_run_trace_close(r);
   r->ctx.step = 0;
@@ -475,6 +475,9 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
       (trained || convert || (o->save_set && !o->resume && r->st.step == 0)))
     rt_run_save(r);
   rt_run_writer_free(r); /* the last checkpoint is complete before the run ends */
+  /* a signal after the last step: the run is complete (status 0, no --sample); a stopped run keeps the
+   * handler to its exit (mpirun ends the other ranks with SIGTERM once one exits non-zero) */
+  if (!loop.stopped) rt_stop_uninstall();
   rt_log_done(r, &loop);
   if (loop.stopped) {
     /* every rank's writer has finished and rank 0 has committed before any rank exits: under mpirun
@@ -492,7 +495,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
                sig ? rt_stop_signal_name(sig) : "a signal to another rank", (long long)r->st.step, (long long)o->steps,
                RT_EXIT_STOPPED);
     }
-  } else if (o->sample) {
+  } else if (o->sample && !rt_stop_signal()) {
     rt_run_sample(r);
   }
 

@@ -146,7 +146,8 @@ void rt_fault_after_step(RtRun *r);
 void rt_fault_after_log(RtRun *r, int64_t s, int64_t first);
 /* stop.c: SIGTERM / SIGUSR1 ask for a graceful stop (checkpoint, then exit RT_EXIT_STOPPED). */
 #define RT_EXIT_STOPPED 75 /* stopped on a signal after saving a checkpoint: resume it (EX_TEMPFAIL) */
-void rt_stop_install(void);
+void rt_stop_install(void);   /* for the steps (rt_train_main) */
+void rt_stop_uninstall(void); /* the previous handlers back */
 int rt_stop_signal(void); /* the first signal received, 0 when none */
 const char *rt_stop_signal_name(int sig);
 /* Every tensor of the kinds (bits 1 << RT_T_*). */
