@@ -3,16 +3,16 @@
  * The handler is installed for the training steps and their checkpoints (rt_train_main: from the
  * first step to the last checkpoint's completion; before, a signal ends the process as it always
  * did, nothing trained yet is lost; after, the previous handlers are back, so sampling or the
- * summary end on SIGTERM at once). It only records the first signal. The step loop reads it once per step, after the
- * step, and ORs it over the ranks in the all-reduce that already agrees on a non-finite step
- * (main.c check_finite: one more float in a 3-float all-reduce, nothing extra), so a rank that got
- * the signal a step after another still stops at the same step. Every rank then finishes that
- * step, the run saves a checkpoint of it (the normal save path, waited for to completion),
- * skips the final validation and sampling, and exits with RT_EXIT_STOPPED. A second signal
- * is recorded and ignored: the save goes on (and a SIGKILL in it leaves the previous checkpoints
- * whole: a checkpoint is committed by a rename once complete, ckpt.c). The fabric's SIGTERM
- * cleanup (runtime/comm/fabric.c) sees this handler and leaves it; the process exits normally,
- * so its atexit cleanup runs.
+ * summary end on SIGTERM at once). It only records the first signal. The step loop reads it once
+ * per step, after the step, and ORs it over the ranks in the all-reduce that already agrees on a
+ * non-finite step (main.c check_finite: one more float in a 3-float all-reduce, nothing extra), so
+ * a rank that got the signal a step after another still stops at the same step. Every rank then
+ * finishes that step, the run saves a checkpoint of it (the normal save path, waited for to
+ * completion), skips the final validation and sampling, and exits with RT_EXIT_STOPPED. A second
+ * signal is ignored: the save goes on (and a SIGKILL in it leaves the previous checkpoints whole:
+ * a checkpoint is committed by a rename once complete, ckpt.c). The handler it replaces for the
+ * while (the libfabric transport's SIGTERM cleanup of its shm regions, runtime/comm/fabric.c) is
+ * not needed then: a stopped process exits normally, and its atexit cleanup runs.
  */
 #include <signal.h>
 #include <string.h>
@@ -20,11 +20,10 @@
 
 #include "run.h"
 
-static volatile sig_atomic_t stop_sig, stop_count;
+static volatile sig_atomic_t stop_sig;
 
 static void on_signal(int sig) {
-  if (!stop_sig) stop_sig = sig;
-  stop_count++;
+  if (!stop_sig) stop_sig = sig; /* (a later one: ignored) */
 }
 
 static struct sigaction old_term, old_usr1;
