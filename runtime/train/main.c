@@ -483,18 +483,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     /* every rank's writer has finished and rank 0 has committed before any rank exits: under mpirun
      * the first rank to exit non-zero has the others killed */
     if (r->ctx.world > 1) rt_dist_barrier(&r->ctx);
-    if (r->ctx.rank == 0) {
-      int sig = rt_stop_signal();
-      if (o->save_to)
-        printf("stopped on %s after step %lld of %lld: checkpoint %s/step_%08lld saved; exit status %d (resume with "
-               "--resume auto or --resume %s)\n",
-               sig ? rt_stop_signal_name(sig) : "a signal to another rank", (long long)r->st.step, (long long)o->steps,
-               o->save_to, (long long)r->st.step, RT_EXIT_STOPPED, o->save_to);
-      else
-        printf("stopped on %s after step %lld of %lld: no --save-to, so nothing was saved; exit status %d\n",
-               sig ? rt_stop_signal_name(sig) : "a signal to another rank", (long long)r->st.step, (long long)o->steps,
-               RT_EXIT_STOPPED);
-    }
+    rt_log_stopped(r);
   } else if (o->sample && !rt_stop_signal()) {
     rt_run_sample(r);
   }

@@ -221,6 +221,8 @@ void rt_log_free(RtRun *r);
 void rt_log_step(RtRun *r, const RtStepStats *s);
 void rt_log_eval(RtRun *r, int64_t step, double vloss);
 void rt_log_done(RtRun *r, const RtLoop *loop);
+/* The run stopped on a signal (stop.c) after r->st.step: the line, and {"step", "stopped", ...} in --log. */
+void rt_log_stopped(RtRun *r);
 /* Model FLOP/s of the whole job (tokens/s over every rank) against the peak of every rank. */
 double rt_run_mfu(const RtRun *r, double tps);
 

@@ -44,6 +44,7 @@ rc=0
 SHARDRT_FAULT_SIGNAL=7:1 "${mpi[@]}" -np 2 "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/B" --log "$t/b.jsonl" >"$t/B.out" 2>&1 || rc=$?
 stopped B 7 $rc
 grep -q "^stopped on a signal to another rank after step 7" "$t/B.out" || { cat "$t/B.out"; fail "B: rank 0 did not say another rank got the signal"; }
+grep -qx '{"step":7,"stopped":"another rank","checkpoint":true,"exit_status":75}' "$t/b.jsonl" || { cat "$t/b.jsonl"; fail "B: no stop record in --log"; }
 "${mpi[@]}" -np 2 "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/B" --resume auto --log "$t/b.jsonl" >"$t/B2.out" 2>&1 || { cat "$t/B2.out"; fail "B: the resume failed"; }
 grep -q "resumed from $t/B/step_00000007: step 7" "$t/B2.out" || { cat "$t/B2.out"; fail "B: not resumed from step 7"; }
 cp "$t/b.jsonl" "$t/B.jsonl"
