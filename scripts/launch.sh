@@ -2,7 +2,7 @@
 # scripts/launch.sh — starts a shardc trainer and restarts it after a failure, from the newest
 # complete checkpoint, up to --max-restarts times.
 #
-#   scripts/launch.sh [--np N] [--max-restarts K] [--delay S] [--launcher "mpirun ..."] -- TRAINER [FLAGS...]
+#   scripts/launch.sh [--np N] [--max-restarts K] [--requeue] [--delay S] [--launcher "mpirun ..."] -- TRAINER [FLAGS...]
 #
 # Each attempt runs `LAUNCHER -np N TRAINER FLAGS --resume auto` (`srun -n N ...` for srun) (--resume auto: the newest complete
 # checkpoint in --save-to, or a fresh start when there is none yet), so the trainer's flags must
@@ -27,6 +27,11 @@
 #       build/shardc, else shardc on PATH).
 #   --elastic M:TRAINER_M   runs TRAINER_M, a trainer built beforehand for M ranks, instead.
 # Without a launcher (--np 1 and --launcher ""), TRAINER runs as one process.
+# SIGTERM or SIGUSR1 to the launcher is forwarded to the trainer's ranks as SIGUSR1: they stop
+# gracefully after a checkpoint of the step they are in, status 75, which the launcher returns
+# without restarting (the next launch resumes from that checkpoint). --requeue (in a Slurm job:
+# the --sbatch script's) then runs `scontrol requeue $SLURM_JOB_ID` and returns 0, so the job runs
+# again and resumes there (the job must be requeueable: `#SBATCH --requeue`).
 # The launcher's own flags are checked before anything starts: --np a positive integer, --delay
 # seconds, --model and --shardc only with --elastic M (status 2 otherwise).
 set -uo pipefail
@@ -38,10 +43,12 @@ elastic=""
 model=""
 shardc=${SHARDC:-}
 shardc_given=""
+requeue=""
 usage_text() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; }
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage_text; exit 0 ;;
+    --requeue) requeue=1; shift ;;
     --np|--max-restarts|--delay|--launcher|--elastic|--model|--shardc)
       [ $# -ge 2 ] || { echo "launch.sh: $1 needs a value (see --help)" >&2; exit 2; } ;;&
     --np) np=$2; shift 2 ;;
@@ -55,7 +62,7 @@ while [ $# -gt 0 ]; do
     *) echo "launch.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[ $# -ge 1 ] || { echo "usage: scripts/launch.sh [--np N] [--max-restarts K] [--delay S] [--launcher CMD] [--elastic M[:TRAINER_M]] [--model 'FILE.model [OPTIONS]'] [--shardc PATH] -- TRAINER [FLAGS...]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: scripts/launch.sh [--np N] [--max-restarts K] [--requeue] [--delay S] [--launcher CMD] [--elastic M[:TRAINER_M]] [--model 'FILE.model [OPTIONS]'] [--shardc PATH] -- TRAINER [FLAGS...]" >&2; exit 2; }
 case $max in ''|*[!0-9]*) echo "launch.sh: --max-restarts '$max' is not a non-negative integer" >&2; exit 2 ;; esac
 # (a bad --np reached mpirun; a bad --delay failed only at the first restart's sleep)
 case $np in ''|*[!0-9]*|0|00*) echo "launch.sh: --np '$np' is not a positive integer" >&2; exit 2 ;; esac
@@ -113,14 +120,52 @@ fi
 read -r -a launch <<<"$launcher"
 npflag=-np # mpirun's; srun counts tasks with -n
 [ ${#launch[@]} -gt 0 ] && [ "$(basename "${launch[0]}")" = srun ] && npflag=-n
+# SIGTERM / SIGUSR1 to the launcher (Slurm's warning before the time limit: `#SBATCH
+# --signal=B:USR1@120` sends it to the batch script, which execs this) is forwarded as SIGUSR1 to
+# the attempt running (mpirun and srun pass SIGUSR1 on to every rank; mpirun would take SIGTERM
+# as an abort), whose trainer then stops gracefully: every rank finishes its step, a checkpoint of
+# it is saved, and the trainer exits with status 75, which ends the launcher with 75 (the next
+# run's --resume auto continues from that checkpoint).
 attempt=0
+child="" signalled=""
+forward() { signalled=$1; [ -n "$child" ] && kill -USR1 "$child" 2>/dev/null; }
+trap 'forward TERM' TERM
+trap 'forward USR1' USR1
+# (a command in the background ignores SIGINT: Ctrl-C reaches it as SIGTERM from here)
+interrupted=""
+trap 'interrupted=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' INT
 while :; do
+  # in the background, so that a signal's trap runs at once (bash runs it only once a foreground
+  # command has finished); wait returns early on a trap, so wait until the attempt is gone
   if [ ${#launch[@]} -gt 0 ]; then
-    "${launch[@]}" "$npflag" "$np" "$trainer" "$@" --resume auto
+    "${launch[@]}" "$npflag" "$np" "$trainer" "$@" --resume auto &
   else
-    "$trainer" "$@" --resume auto
+    "$trainer" "$@" --resume auto &
   fi
+  child=$!
+  [ -n "$signalled" ] && kill -USR1 "$child" 2>/dev/null # (a signal between two attempts)
+  while kill -0 "$child" 2>/dev/null; do wait "$child"; done
+  wait "$child" # (its status, kept by bash however the loop ended)
   rc=$?
+  child=""
+  if [ -n "$interrupted" ]; then
+    echo "launch.sh: interrupted (SIGINT): attempt $((attempt + 1)) ended with status $rc" >&2
+    exit 130
+  fi
+  if [ $rc -eq 75 ]; then
+    echo "launch.sh: the trainer stopped on a signal after saving a checkpoint (status 75): not restarting; --resume auto continues from it" >&2
+    if [ -n "$requeue" ]; then
+      [ -n "${SLURM_JOB_ID:-}" ] || { echo "launch.sh: --requeue: not in a Slurm job (no SLURM_JOB_ID)" >&2; exit 75; }
+      scontrol requeue "$SLURM_JOB_ID" || { echo "launch.sh: --requeue: scontrol requeue $SLURM_JOB_ID failed" >&2; exit 75; }
+      echo "launch.sh: job $SLURM_JOB_ID requeued: it resumes from that checkpoint" >&2
+      exit 0
+    fi
+    exit 75
+  fi
+  if [ -n "$signalled" ]; then
+    echo "launch.sh: SIG$signalled: attempt $((attempt + 1)) ended with status $rc; not restarting" >&2
+    exit $rc
+  fi
   [ $rc -eq 0 ] && exit 0
   if [ $rc -eq 1 ]; then
     echo "launch.sh: the trainer stopped with status 1 (a user error or a diverged run): not restarting" >&2

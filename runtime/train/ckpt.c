@@ -132,9 +132,15 @@ void rt_ckpt_stall(const char *point, int64_t step, int rank) {
   int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
   if (write(fd, line, (size_t)n) != n || fsync(fd) != 0 || close(fd) != 0)
     rt_user_error("SHARDRT_CKPT_STALL_MARK: cannot write '%s'", mark);
+  char *go = rt_xprintf("%s.go", mark); /* (a test that lets the write go on creates it) */
   free(mark);
-  for (int i = 0; i < 600; i++) /* the test kills the job now; 60 s without it is its failure */
+  for (int i = 0; i < 600; i++) { /* the test kills the job now; 60 s without it is its failure */
+    if (access(go, F_OK) == 0) {
+      free(go);
+      return;
+    }
     usleep(100 * 1000);
+  }
   rt_fatal(1, "checkpoint: stalled at '%s' (SHARDRT_CKPT_STALL) for 60 s and nobody killed the job", point);
 }
 
@@ -461,12 +467,31 @@ char *rt_ckpt_find(const char *dir) {
 
 /* ---- reading ---- */
 
+void rt_ckpt_check_layers(const RtStFile *s, const RtProgram *p, const RtTensor *t) {
+  char nm[256];
+  int64_t have = 0;
+  for (;; have++) {
+    rt_layer_name(nm, sizeof nm, t->name, have);
+    if (!rt_json_get(s->hdr, nm)) break;
+  }
+  if (have == t->dims[0] || !have) return; /* (none: whole, as older checkpoints hold it, or missing: the reader says so) */
+  const RtJson *m = rt_json_get(rt_json_get(s->hdr, "__metadata__"), "model");
+  const char *ck = m && m->kind == RT_JSON_STR ? m->str : "", *mine = p->model ? p->model : "";
+  char names[300] = ""; /* (the same name when a knob like -D layers=3 differs) */
+  if (*ck && *mine && strcmp(ck, mine) != 0) snprintf(names, sizeof names, " ('%s', this one '%s')", ck, mine);
+  rt_layer_name(nm, sizeof nm, t->name, have < t->dims[0] ? have : t->dims[0]);
+  rt_user_error("'%s' comes from another model%s: it holds %lld layer(s) of '%s', this model has %lld ('%s' is %s)",
+                s->path, names, (long long)have, t->name, (long long)t->dims[0], nm,
+                have < t->dims[0] ? "missing" : "one too many");
+}
+
 static void st_read_kind(RtStFile *s, const RtProgram *p, char *mem, int kind) {
   int n;
   StEntry *e = st_entries(p, kind, &n);
   for (int i = 0; i < n; i++) {
     const RtTensor *t = e[i].t;
     int sliced = e[i].layer >= 0;
+    if (sliced && e[i].layer == 0) rt_ckpt_check_layers(s, p, t);
     if (sliced && !rt_json_get(s->hdr, e[i].name) && rt_json_get(s->hdr, t->name)) {
       /* written whole, by a trainer from before every plan wrote stacked tensors per layer */
       if (e[i].layer == 0) rt_st_read(s, t->name, t->dtype, t->dims, t->rank, mem + t->offset);

@@ -392,11 +392,13 @@ static void to_sharded(const char *srcpath, const char *dst) {
 
 /* ---- info ---- */
 
-static void print_dims(const int64_t *d, int rank) {
-  putchar('[');
-  for (int i = 0; i < rank; i++)
-    printf("%s%lld", i ? ", " : "", (long long)d[i]);
-  putchar(']');
+/* "[2, 64, 192]" into out (n bytes); its length. */
+static int fmt_dims(char *out, size_t n, const int64_t *d, int rank) {
+  size_t k = (size_t)snprintf(out, n, "[");
+  for (int i = 0; i < rank && k < n; i++)
+    k += (size_t)snprintf(out + k, n - k, "%s%lld", i ? ", " : "", (long long)d[i]);
+  if (k < n) k += (size_t)snprintf(out + k, n - k, "]");
+  return (int)(k < n ? k : n - 1);
 }
 
 /* What the checkpoint's run was, from its metadata (the fields it has; an older one may lack some):
@@ -440,6 +442,9 @@ static void info(const char *path) {
         print_run(rt_json_get(s.hdr, "__metadata__"));
       }
       printf("%s: %lld bytes\n", parts[k], (long long)(s.data_start + s.data_bytes));
+      int wn = 0; /* the name column's width */
+      for (int i = 0; i < s.hdr->n; i++)
+        if (strcmp(s.hdr->keys[i], "__metadata__") && (int)strlen(s.hdr->keys[i]) > wn) wn = (int)strlen(s.hdr->keys[i]);
       for (int i = 0; i < s.hdr->n; i++) {
         if (!strcmp(s.hdr->keys[i], "__metadata__")) continue;
         const RtJson *e = s.hdr->items[i], *sh = rt_json_get(e, "shape");
@@ -447,9 +452,9 @@ static void info(const char *path) {
         int r = sh->n < RT_MAX_RANK + 8 ? sh->n : RT_MAX_RANK + 8;
         for (int j = 0; j < r; j++)
           d[j] = sh->items[j]->inum;
-        printf("  %-44s %-4s ", s.hdr->keys[i], rt_json_get(e, "dtype")->str);
-        print_dims(d, r);
-        putchar('\n');
+        char dims[256];
+        fmt_dims(dims, sizeof dims, d, r);
+        printf("  %-*s  %-4s  %s\n", wn, s.hdr->keys[i], rt_json_get(e, "dtype")->str, dims);
       }
       rt_st_close(&s);
       free(p);
@@ -476,11 +481,18 @@ static void info(const char *path) {
   const RtJson *tj = rt_json_get(idx, "tensors");
   const char **files = NULL;
   int nf = 0;
+  int wn = 0, wd = 0; /* the name and shape columns' widths */
+  char dims[256];
+  for (int i = 0; i < nt; i++) {
+    int l = fmt_dims(dims, sizeof dims, ts[i].dims, ts[i].rank);
+    if ((int)strlen(ts[i].name) > wn) wn = (int)strlen(ts[i].name);
+    if (l > wd) wd = l;
+  }
   for (int i = 0; i < nt; i++) {
     const RtJson *ps = need(tj->items[i], "pieces", RT_JSON_ARR, ipath, ts[i].name);
-    printf("  %-40s %-5s %-4s ", ts[i].name, ts[i].kind == RT_T_PARAM ? "param" : "state", rt_dtype_st_name(ts[i].dtype));
-    print_dims(ts[i].dims, ts[i].rank);
-    printf("  %d piece(s)%s\n", ps->n, ts[i].layers ? ", per layer in a single file" : "");
+    fmt_dims(dims, sizeof dims, ts[i].dims, ts[i].rank);
+    printf("  %-*s  %-5s  %-4s  %-*s  %d piece(s)%s\n", wn, ts[i].name, ts[i].kind == RT_T_PARAM ? "param" : "state",
+           rt_dtype_st_name(ts[i].dtype), wd, dims, ps->n, ts[i].layers ? ", per layer in a single file" : "");
     for (int k = 0; k < ps->n; k++) {
       const char *fl = need(ps->items[k], "file", RT_JSON_STR, ipath, ts[i].name)->str;
       int seen = 0;
@@ -512,17 +524,18 @@ static int tool_usage(FILE *f) {
 }
 
 int rt_ckpt_tool(int argc, char **argv) {
+  rt_error_tool = "shardc ckpt: "; /* every error below, and the readers': "shardc ckpt: error: ..." */
   if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) return tool_usage(argc < 1 ? stderr : stdout);
   if (!strcmp(argv[0], "info")) {
     if (argc != 2) {
-      fprintf(stderr, "error: shardc ckpt info takes one checkpoint directory (got %d argument(s))\n", argc - 1);
+      fprintf(stderr, "shardc ckpt: error: info takes one checkpoint directory (got %d argument(s))\n", argc - 1);
       return tool_usage(stderr);
     }
     info(argv[1]);
     return 0;
   }
   if (strcmp(argv[0], "convert") != 0) {
-    fprintf(stderr, "error: shardc ckpt: unknown command '%s'\n", argv[0]);
+    fprintf(stderr, "shardc ckpt: error: unknown command '%s'\n", argv[0]);
     return tool_usage(stderr);
   }
   const char *pos[2] = {NULL, NULL}, *format = "single", *given = NULL;
@@ -530,29 +543,29 @@ int rt_ckpt_tool(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *f = NULL;
     if (!strcmp(argv[i], "--format")) {
-      if (i + 1 >= argc) rt_user_error("shardc ckpt convert: --format needs single or sharded");
+      if (i + 1 >= argc) rt_user_error("convert: --format needs single or sharded");
       f = argv[++i];
     } else if (!strncmp(argv[i], "--format=", 9)) {
       f = argv[i] + 9;
     }
     if (f) { /* (a second one replaced the first without a word) */
       if (given && strcmp(given, f) != 0)
-        rt_user_error("shardc ckpt convert: --format given twice ('%s', then '%s'); give it once", given, f);
+        rt_user_error("convert: --format given twice ('%s', then '%s'); give it once", given, f);
       format = given = f;
     } else if (argv[i][0] == '-' && argv[i][1]) {
-      rt_user_error("shardc ckpt convert: unknown option '%s'", argv[i]);
+      rt_user_error("convert: unknown option '%s'", argv[i]);
     } else if (np < 2) {
       pos[np++] = argv[i];
     } else {
-      rt_user_error("shardc ckpt convert: one SRC and one DST (got '%s' too)", argv[i]);
+      rt_user_error("convert: one SRC and one DST (got '%s' too)", argv[i]);
     }
   }
   if (np != 2) {
-    fprintf(stderr, "error: shardc ckpt convert needs SRC and DST (got %d)\n", np);
+    fprintf(stderr, "shardc ckpt: error: convert needs SRC and DST (got %d)\n", np);
     return tool_usage(stderr);
   }
   if (strcmp(format, "single") != 0 && strcmp(format, "sharded") != 0)
-    rt_user_error("shardc ckpt convert: --format '%s' is neither single nor sharded", format);
+    rt_user_error("convert: --format '%s' is neither single nor sharded", format);
   struct stat sb;
   if (stat(pos[0], &sb) != 0) rt_user_error("cannot open checkpoint '%s': %s", pos[0], strerror(errno));
   char *found = rt_ckpt_find(pos[0]);

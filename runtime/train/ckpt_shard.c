@@ -413,6 +413,7 @@ static Piece *pieces_of(Source *src, const RtProgram *p, const RtTensor *t, cons
       *n = 1;
       return pc;
     }
+    rt_ckpt_check_layers(source_file(src, file), p, t);
     Piece *pc = rt_xcalloc((size_t)ld[0], sizeof *pc);
     for (int64_t l = 0; l < ld[0]; l++) {
       char nm[256];
@@ -443,8 +444,12 @@ static Piece *pieces_of(Source *src, const RtProgram *p, const RtTensor *t, cons
       for (int d = 0; d < sh->n; d++)
         snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
                  (long long)jint(sh->items[d], "a shape", ipath));
-      rt_user_error("'%s': tensor '%s' is %s [%s], the model needs %s [%s]", ipath, t->name, dt->str, got,
-                    rt_dtype_st_name(t->dtype), want);
+      int64_t l0 = sh->n == t->rank && t->rank > 0 ? jint(sh->items[0], "a shape", ipath) : -1;
+      char layers[96] = "";
+      if (rt_ckpt_per_layer(p, t) && l0 >= 0 && l0 != ld[0])
+        snprintf(layers, sizeof layers, " (%lld layer(s), this model has %lld)", (long long)l0, (long long)ld[0]);
+      rt_user_error("'%s': tensor '%s' is %s [%s], the model needs %s [%s]: the checkpoint comes from another model%s",
+                    ipath, t->name, dt->str, got, rt_dtype_st_name(t->dtype), want, layers);
     }
     const RtJson *ps = jget(e, "pieces", RT_JSON_ARR, ipath);
     Piece *pc = rt_xcalloc((size_t)ps->n + 1, sizeof *pc);

@@ -17,12 +17,20 @@
  * while the last checkpoint was still being written left a slow machine's restart nothing to
  * resume from, so it started from step 1 and was killed again.) Only in a run that started from
  * step 1: the launcher's restart resumes from a checkpoint, and must not be killed again.
+ *
+ * SHARDRT_FAULT_SIGNAL=STEP[:RANK] raises SIGTERM in rank RANK (every rank without it) just before
+ * step STEP: the graceful stop (stop.c) of a rank that got the signal alone, or before the others.
+ * SHARDRT_FAULT_WAIT=STEP[:RANK] makes rank RANK (every rank without it) print "rank R:
+ * SHARDRT_FAULT_WAIT: waiting for a signal before step STEP" and wait (at most 120 s) until it has
+ * received SIGTERM / SIGUSR1: a test then signals the launcher at a known step, however fast the
+ * machine is. Both only in a run that started from step 1 (not in its resume).
  * Nothing happens without the variables; a malformed one is an error.
  */
 #include <signal.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coll.h"
 #include "run.h"
@@ -35,6 +43,9 @@ static struct {
   float saved;
   int64_t kill_step; /* 0: none */
   int kill_rank;     /* -1: every rank */
+  int64_t sig_step, wait_step; /* 0: none */
+  int sig_rank, wait_rank;     /* -1: every rank */
+  int64_t first;               /* the run's first step */
 } F;
 
 /* An optional ":RANK" ending v (RANK -1 when absent): 0, or -1 for anything else ("1abc" was read as 1). */
@@ -44,8 +55,21 @@ static int rank_tail(const char *v, int *rank) {
   return !*v || (sscanf(v, ":%d%n", rank, &m) == 1 && !v[m] && *rank >= -1) ? 0 : -1;
 }
 
+/* VAR=STEP[:RANK] into *step (0 when VAR is unset) and *rank. */
+static void step_rank(const char *var, int64_t *step, int *rank) {
+  const char *k = getenv(var);
+  if (!k || !*k) return;
+  long long st;
+  int n = 0;
+  if (sscanf(k, "%lld%n", &st, &n) != 1 || st < 1 || rank_tail(k + n, rank))
+    rt_user_error("%s='%s': expected STEP[:RANK]", var, k);
+  *step = st;
+}
+
 static void parse(RtRun *r) {
   F.parsed = 1;
+  step_rank("SHARDRT_FAULT_SIGNAL", &F.sig_step, &F.sig_rank);
+  step_rank("SHARDRT_FAULT_WAIT", &F.wait_step, &F.wait_rank);
   const char *k = getenv("SHARDRT_FAULT_KILL");
   if (k && *k) {
     long long st;
@@ -69,8 +93,28 @@ static void parse(RtRun *r) {
   F.t = t;
 }
 
+/* SHARDRT_FAULT_SIGNAL / _WAIT before step s of a run that started at step 1. */
+static void signal_hooks(RtRun *r, int64_t s) {
+  int me = r->ctx.rank;
+  if (F.sig_step == s && (F.sig_rank < 0 || F.sig_rank == me)) {
+    fprintf(stderr, "rank %d: SHARDRT_FAULT_SIGNAL: SIGTERM before step %lld\n", me, (long long)s);
+    raise(SIGTERM);
+  }
+  if (F.wait_step == s && (F.wait_rank < 0 || F.wait_rank == me)) {
+    fprintf(stderr, "rank %d: SHARDRT_FAULT_WAIT: waiting for a signal before step %lld\n", me, (long long)s);
+    fflush(NULL);
+    double t0 = rt_now();
+    while (!rt_stop_signal()) {
+      if (rt_now() - t0 > 120) rt_user_error("SHARDRT_FAULT_WAIT: no SIGTERM / SIGUSR1 within 120 s");
+      usleep(10000);
+    }
+  }
+}
+
 void rt_fault_before_step(RtRun *r, int64_t s) {
   if (!F.parsed) parse(r);
+  if (F.first == 0) F.first = s;
+  if (F.first == 1) signal_hooks(r, s);
   if (!F.t || s != F.step) return;
   F.armed = 1; /* (every rank: each derives the copies again after the step, a collective for a sharded master) */
   bool held = rt_tensor_held(r->p, F.t, rt_ctx_coord(&r->ctx, RT_AX_PP)) != 0; /* (else another stage's bytes) */

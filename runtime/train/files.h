@@ -29,6 +29,8 @@
  * ends the process with status 1. Never returns. */
 /* Prints "error: <message>" on stderr (stdout flushed first); rt_user_error then exits 1. */
 void rt_error_v(const char *fmt, va_list ap);
+/* What precedes "error: " (NULL: nothing): "shardc ckpt: " for the checkpoint tool. */
+extern const char *rt_error_tool;
 _Noreturn void rt_user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A bug in the runtime or in the program it was handed: prints and aborts. */
 _Noreturn void rt_bug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -101,6 +103,10 @@ typedef struct {
  * trailing bytes). Violations are user errors naming the file and the tensor. */
 void rt_st_open(RtStFile *s, const char *path);
 void rt_st_close(RtStFile *s);
+/* A logical checkpoint file s holds exactly the layers of stacked tensor t (t->dims[0] entries
+ * "blocks.L.w"), or none (t whole, as older checkpoints hold it, or missing: the reader's error);
+ * otherwise a user error: it comes from another model, with both layer counts (ckpt.c). */
+void rt_ckpt_check_layers(const RtStFile *s, const RtProgram *p, const RtTensor *t);
 /* The data offset of tensor `name`, after checking its dtype and shape (errors name both). */
 int64_t rt_st_find(RtStFile *s, const char *name, int dtype, const int64_t *dims, int rank);
 /* Reads `bytes` at data offset `off` (of tensor `name`, for messages) into dst. */
@@ -152,7 +158,8 @@ void rt_ckpt_commit(const char *dir, const char *tmp, int64_t step, int keep);
  * the job there. Points in write order: start, piece (half of the rank's file written), file
  * (written, not yet renamed), renamed, index (rank 0: every file there and index.json written),
  * commit (rank 0: step_N renamed into place), keep (rank 0: an old checkpoint moved aside by
- * --keep, not yet removed). */
+ * --keep, not yet removed). A file SHARDRT_CKPT_STALL_MARK.K.go lets the stalled writer go on
+ * (tests/e2e/stop.sh: signals during the save). */
 void rt_ckpt_stall(const char *point, int64_t step, int rank);
 int rt_ckpt_stall_armed(const char *point, int64_t step, int rank);
 void rt_fsync_path(const char *path, int dir); /* fsync a file (dir 0) or directory (1); user error if it fails */

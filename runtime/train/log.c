@@ -227,6 +227,26 @@ void rt_log_eval(RtRun *r, int64_t step, double vloss) {
   }
 }
 
+void rt_log_stopped(RtRun *r) {
+  if (r->ctx.rank != 0) return;
+  const RtOpts *o = &r->o;
+  int sig = rt_stop_signal();
+  const char *why = sig ? rt_stop_signal_name(sig) : "a signal to another rank";
+  long long s = (long long)r->st.step, n = (long long)o->steps;
+  if (o->save_to)
+    printf("stopped on %s after step %lld of %lld: checkpoint %s/step_%08lld saved; exit status %d (resume with "
+           "--resume auto or --resume %s)\n",
+           why, s, n, o->save_to, s, RT_EXIT_STOPPED, o->save_to);
+  else
+    printf("stopped on %s after step %lld of %lld: no --save-to, so nothing was saved; exit status %d\n", why, s, n,
+           RT_EXIT_STOPPED);
+  if (r->log) {
+    fprintf(r->log, "{\"step\":%lld,\"stopped\":\"%s\",\"checkpoint\":%s,\"exit_status\":%d}\n", s,
+            sig ? rt_stop_signal_name(sig) : "another rank", o->save_to ? "true" : "false", RT_EXIT_STOPPED);
+    fflush(r->log);
+  }
+}
+
 void rt_log_done(RtRun *r, const RtLoop *loop) {
   if (r->ctx.rank != 0) return;
   int64_t T = r->gseq, gbatch = r->gbatch, first = loop->first, stop = loop->stop;

@@ -318,20 +318,23 @@ static void fmt_value(char *out, size_t n, double v) {
     snprintf(out, n, "%.6g", v);
 }
 
-/* NaN / Inf after a step, agreed by every rank in one 12-byte all-reduce (a pipeline's other
- * stages do not see the loss): STEP_SKIPPED when the step skipped its update (--on-nonfinite
- * skip: the compiled update is gated on the global gradient sum of squares, the all-reduced value
- * behind grad_norm, so every rank skipped or none did — a disagreement is a bug), STEP_BAD when
- * the loss or the gradients are not finite and the step was not skipped. */
+/* NaN / Inf after a step, and a stop asked for by a signal, agreed by every rank in one 16-byte
+ * all-reduce (a pipeline's other stages do not see the loss; a rank may get the signal a step
+ * after another): STEP_SKIPPED when the step skipped its update (--on-nonfinite skip: the
+ * compiled update is gated on the global gradient sum of squares, the all-reduced value behind
+ * grad_norm, so every rank skipped or none did — a disagreement is a bug), STEP_BAD when the loss
+ * or the gradients are not finite and the step was not skipped. *stop: some rank got SIGTERM /
+ * SIGUSR1 (stop.c). */
 enum { STEP_OK, STEP_SKIPPED, STEP_BAD };
-static int check_finite(RtRun *r, int64_t s, double loss, double gn) {
+static int check_finite(RtRun *r, int64_t s, double loss, double gn, int *stop) {
   int bad_grad = r->gnorm && !isfinite(gn);
-  int f[3] = {r->o.skip && bad_grad, r->o.skip && !bad_grad, !isfinite(loss) || bad_grad};
-  rt_dist_any_n(&r->ctx, f, 3);
+  int f[4] = {r->o.skip && bad_grad, r->o.skip && !bad_grad, !isfinite(loss) || bad_grad, rt_stop_signal() != 0};
+  rt_dist_any_n(&r->ctx, f, 4);
   if (f[0] && f[1])
     rt_bug("rank %d: the ranks disagree on whether step %lld's gradients are finite (this rank's gradient norm is "
            "%g): some skipped the update and some applied it",
            r->ctx.rank, (long long)s, gn);
+  *stop = f[3];
   return f[0] ? STEP_SKIPPED : f[2] ? STEP_BAD : STEP_OK;
 }
 
@@ -377,7 +380,8 @@ static void train_loop(RtRun *r, RtLoop *loop) {
       free(path);
     }
     if (steady) loop->t_steady += dt, loop->steady_steps++;
-    int verdict = check_finite(r, s, loss, gn);
+    int stop_asked;
+    int verdict = check_finite(r, s, loss, gn, &stop_asked);
     if (verdict == STEP_SKIPPED) r->st.skipped++, r->st.skip_run++; /* (the log line counts this one) */
     else r->st.skip_run = 0;
     RtStepStats st = {.step = s, .loss = loss, .lr = lr, .gnorm = gn, .seconds = dt, .comm_seconds = dcomm,
@@ -409,6 +413,11 @@ static void train_loop(RtRun *r, RtLoop *loop) {
       rt_log_eval(r, s, loop->last_val = rt_run_evaluate(r));
     if (o->ckpt_every && s % o->ckpt_every == 0 && s != stop) rt_run_save(r), loop->saved_at = s;
     rt_fault_after_log(r, s, first);
+    if (stop_asked && s < stop) { /* every rank agreed: the run ends after this step, checkpointed (rt_train_main) */
+      loop->stop = s;
+      loop->stopped = 1;
+      break;
+    }
   }
   loop->t_total = rt_now() - t_start;
 }
@@ -447,10 +456,11 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   rt_log_init(r, &loop);
 
   rt_run_trace_open(r);
+  if (loop.first <= loop.stop) rt_stop_install(); /* SIGTERM / SIGUSR1: a checkpoint, then RT_EXIT_STOPPED */
   train_loop(r, &loop);
   rt_run_trace_close(r);
   r->ctx.step = 0;
-  if (r->has_val && !(o->eval_every && r->st.step % o->eval_every == 0 && r->st.step >= loop.first))
+  if (r->has_val && !loop.stopped && !(o->eval_every && r->st.step % o->eval_every == 0 && r->st.step >= loop.first))
     rt_log_eval(r, r->st.step, loop.last_val = rt_run_evaluate(r));
   /* at the end; a fresh run with --steps 0 and --save-to saves its initial (or --init-from) weights as step 0;
    * a resumed one that trains no step saves into a --save-to without that step (a conversion: say
@@ -465,12 +475,22 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
       (trained || convert || (o->save_set && !o->resume && r->st.step == 0)))
     rt_run_save(r);
   rt_run_writer_free(r); /* the last checkpoint is complete before the run ends */
+  /* a signal after the last step: the run is complete (status 0, no --sample); a stopped run keeps the
+   * handler to its exit (mpirun ends the other ranks with SIGTERM once one exits non-zero) */
+  if (!loop.stopped) rt_stop_uninstall();
   rt_log_done(r, &loop);
-  if (o->sample) rt_run_sample(r);
+  if (loop.stopped) {
+    /* every rank's writer has finished and rank 0 has committed before any rank exits: under mpirun
+     * the first rank to exit non-zero has the others killed */
+    if (r->ctx.world > 1) rt_dist_barrier(&r->ctx);
+    rt_log_stopped(r);
+  } else if (o->sample && !rt_stop_signal()) {
+    rt_run_sample(r);
+  }
 
   rt_log_free(r);
   data_free(r);
   mem_free(r);
   run_free(r);
-  return 0;
+  return loop.stopped ? RT_EXIT_STOPPED : 0;
 }

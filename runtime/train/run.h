@@ -101,6 +101,7 @@ typedef struct {
   int64_t steady_steps; /* steps in t_steady */
   double last_val;      /* the last validation loss (NaN: none) */
   int64_t saved_at;     /* step of the last checkpoint written in the loop (-1: none) */
+  int stopped;          /* the ranks agreed to stop on a signal (stop.c) after step `stop` */
 } RtLoop;
 
 /* What one step printed and logged. */
@@ -143,6 +144,12 @@ void rt_run_from_dev(RtRun *r, const RtTensor *t);
 void rt_fault_before_step(RtRun *r, int64_t s);
 void rt_fault_after_step(RtRun *r);
 void rt_fault_after_log(RtRun *r, int64_t s, int64_t first);
+/* stop.c: SIGTERM / SIGUSR1 ask for a graceful stop (checkpoint, then exit RT_EXIT_STOPPED). */
+#define RT_EXIT_STOPPED 75 /* stopped on a signal after saving a checkpoint: resume it (EX_TEMPFAIL) */
+void rt_stop_install(void);   /* for the steps (rt_train_main) */
+void rt_stop_uninstall(void); /* the previous handlers back */
+int rt_stop_signal(void); /* the first signal received, 0 when none */
+const char *rt_stop_signal_name(int sig);
 /* Every tensor of the kinds (bits 1 << RT_T_*). */
 void rt_run_kinds_to_dev(RtRun *r, int kinds);
 /* The persistent bf16 copies (RT_T_COPY) of parameter `param` (NULL: of every parameter) cast from
@@ -214,6 +221,8 @@ void rt_log_free(RtRun *r);
 void rt_log_step(RtRun *r, const RtStepStats *s);
 void rt_log_eval(RtRun *r, int64_t step, double vloss);
 void rt_log_done(RtRun *r, const RtLoop *loop);
+/* The run stopped on a signal (stop.c) after r->st.step: the line, and {"step", "stopped", ...} in --log. */
+void rt_log_stopped(RtRun *r);
 /* Model FLOP/s of the whole job (tokens/s over every rank) against the peak of every rank. */
 double rt_run_mfu(const RtRun *r, double tps);
 

@@ -10,18 +10,23 @@
 
 /* One line "error: MSG" in one write: stderr's pieces from 4 ranks interleaved ("error: error:
  * --data ..."). */
+const char *rt_error_tool;
+
 void rt_error_v(const char *fmt, va_list ap) {
   fflush(stdout);
+  size_t tl = rt_error_tool ? strlen(rt_error_tool) : 0;
   char buf[4096];
   va_list aq;
   va_copy(aq, ap);
   int n = vsnprintf(NULL, 0, fmt, aq);
   va_end(aq);
-  size_t len = (n > 0 ? (size_t)n : 0) + 9; /* "error: " MSG "\n" NUL */
+  size_t len = (n > 0 ? (size_t)n : 0) + tl + 9; /* TOOL "error: " MSG "\n" NUL */
   char *line = len <= sizeof buf ? buf : malloc(len);
   if (!line) line = buf, len = sizeof buf; /* (out of memory: the message cut short) */
-  memcpy(line, "error: ", 7);
-  vsnprintf(line + 7, len - 7, fmt, ap);
+  if (tl >= len - 9) tl = 0;
+  memcpy(line, rt_error_tool ? rt_error_tool : "", tl);
+  memcpy(line + tl, "error: ", 7);
+  vsnprintf(line + tl + 7, len - tl - 7, fmt, ap);
   size_t m = strlen(line);
   line[m] = '\n';
   for (size_t off = 0; off <= m;) {

@@ -28,10 +28,15 @@ grep -q '"layers":true' "$t/sh/index.json" || fail "the per-layer entries were n
 "$t/one" "${w[@]}" --resume "$t/sh" --log "$t/r.jsonl" --save-to '' >/dev/null
 [ "$(losses "$t/base.jsonl" | tail -n 2)" = "$(losses "$t/r.jsonl")" ] || fail "the converted sharded checkpoint resumed differently"
 "$shardc" ckpt info "$t/sh" >"$t/info.txt"
-grep -q '^step 2 of 4' "$t/info.txt" && grep -q 'blocks.attention.w_qkv  *param F32  \[2, 64, 192\]  2 piece' "$t/info.txt" &&
+grep -q '^step 2 of 4' "$t/info.txt" && grep -q 'blocks.attention.w_qkv  *param  F32  *\[2, 64, 192\]  *2 piece' "$t/info.txt" &&
   grep -q '^file rank_00000.safetensors' "$t/info.txt" || { cat "$t/info.txt"; fail "ckpt info (sharded)"; }
 "$shardc" ckpt info "$single" >"$t/info1.txt"
-grep -q 'blocks.1.attention.w_qkv  *F32  \[64, 192\]' "$t/info1.txt" || { cat "$t/info1.txt"; fail "ckpt info (single)"; }
+grep -q 'blocks.1.attention.w_qkv  *F32  *\[64, 192\]' "$t/info1.txt" || { cat "$t/info1.txt"; fail "ckpt info (single)"; }
+# the columns are aligned: every tensor line's shape (and, sharded, its piece count) starts at one column
+# (of a single-file checkpoint: within each file's list)
+cols() { awk -v re="$2" '/bytes$/ { f++ } /^  [^ ]/ { c[f " " match($0, re)] = 1 } END { for (k in c) n++; print n - f + (f > 0) }' "$1"; }
+[ "$(cols "$t/info.txt" '\\[')" = 1 ] && [ "$(cols "$t/info.txt" '[0-9]+ piece')" = 1 ] && [ "$(cols "$t/info1.txt" '\\[')" = 1 ] ||
+  { cat "$t/info.txt" "$t/info1.txt"; fail "ckpt info: the shape or piece columns are not aligned"; }
 # what run wrote it: the model, its batch, seed, data position and loss (both formats)
 for f in info info1; do
   grep -Eq '^model tiny \(.*models/tiny.model\), batch 4 x 32 tokens, seed [0-9]+, data position 8, loss [0-9.]+$' "$t/$f.txt" ||
@@ -39,10 +44,10 @@ for f in info info1; do
 done
 # a wrong argument count says what is wrong before the usage
 rc=0; "$shardc" ckpt info "$t/sh" extra >/dev/null 2>"$t/usage.txt" || rc=$?
-[ $rc = 2 ] && grep -q '^error: shardc ckpt info takes one checkpoint directory (got 2' "$t/usage.txt" ||
+[ $rc = 2 ] && grep -q '^shardc ckpt: error: info takes one checkpoint directory (got 2' "$t/usage.txt" ||
   { cat "$t/usage.txt"; fail "ckpt info with two arguments: status $rc"; }
 rc=0; "$shardc" ckpt convert "$t/sh" >/dev/null 2>"$t/usage.txt" || rc=$?
-[ $rc = 2 ] && grep -q '^error: shardc ckpt convert needs SRC and DST (got 1)' "$t/usage.txt" ||
+[ $rc = 2 ] && grep -q '^shardc ckpt: error: convert needs SRC and DST (got 1)' "$t/usage.txt" ||
   { cat "$t/usage.txt"; fail "ckpt convert without DST: status $rc"; }
 echo "single -> sharded -> single: byte for byte; the sharded one resumes bit-identically; info lists both"
 
@@ -70,7 +75,7 @@ variant 's/"name":"wpe","kind":"param","dtype":"F32"/"name":"wpe","kind":"param"
 bad dtype-unknown 'unknown dtype "Q7"' "$shardc" ckpt convert "$t/v" "$t/out"
 variant 's/"rank_00000.safetensors","entry":"wpe"/"rank_00001.safetensors","entry":"wpe"/'
 bad missing-file "rank_00001.safetensors.*No such file" "$shardc" ckpt convert "$t/v" "$t/out"
-bad missing-file-info "piece file 'rank_00001.safetensors' is missing" "$shardc" ckpt info "$t/v"
+bad missing-file-info "^shardc ckpt: error: .*piece file 'rank_00001.safetensors' is missing" "$shardc" ckpt info "$t/v"
 variant 's/"file":"rank_00000.safetensors","entry":"wpe"/"file":"..\/x","entry":"wpe"/'
 bad file-path "wrong rank or file" "$shardc" ckpt convert "$t/v" "$t/out"
 variant 's/"entry":"wpe"/"entry":"wpf"/'
@@ -89,6 +94,16 @@ bad format "--format 'hf' is neither single nor sharded" "$shardc" ckpt convert 
 bad option "unknown option '--fast'" "$shardc" ckpt convert "$t/sh" "$t/out" --fast
 bad format-twice "--format given twice \('sharded', then 'single'\); give it once" "$shardc" ckpt convert "$t/sh" "$t/out" --format sharded --format=single
 bad nothing "holds no checkpoint|cannot open" "$shardc" ckpt convert "$t/nothing" "$t/out"
+# a checkpoint of another model (2 layers into 3, 3 into 2: the latter resumed its first 2 layers without a
+# word before) is refused naming the tensor and both layer counts, single-file and sharded
+"$shardc" build models/tiny.model -D seq=32 -D micro_batch=2 -D batch=4 -D layers=3 --world 1 -o "$t/three" >/dev/null
+bad layers-2-into-3 "comes from another model: it holds 2 layer\(s\) of 'blocks.layernorm.w', this model has 3 \('blocks.2.layernorm.w' is missing\)" \
+  "$t/three" "${w[@]}" --resume "$single" --save-to ''
+bad layers-2-into-3-sharded "tensor 'blocks.layernorm.w' is F32 \[2, 64\], the model needs F32 \[3, 64\]: the checkpoint comes from another model \(2 layer\(s\), this model has 3\)" \
+  "$t/three" "${w[@]}" --resume "$t/sh" --save-to ''
+"$t/three" "${w[@]}" --stop-at 1 --save-to "$t/ck3" >/dev/null
+bad layers-3-into-2 "comes from another model: it holds 3 layer\(s\) of 'blocks.layernorm.w', this model has 2 \('blocks.2.layernorm.w' is one too many\)" \
+  "$t/one" "${w[@]}" --resume "$t/ck3" --save-to ''
 # every truncation of index.json at a stride, and byte flips at a stride of positions: an error
 # (status 1) or, where the damage left a valid checkpoint, a conversion; never a signal
 size=$(stat -c %s "$t/sh/index.json")

@@ -47,6 +47,26 @@ last() { grep -o '"step":[0-9]*,"steps":[0-9]*,"loss":[^,]*' "$1" | awk -F'[:,]'
 [ "$(last "$t/a.jsonl")" = "$(last "$t/b.jsonl")" ] || { paste <(last "$t/a.jsonl") <(last "$t/b.jsonl"); fail "losses differ from mpirun's"; }
 same_ckpt "$t/A/step_00000012" "$t/B/step_00000012" || fail "the step-12 checkpoint differs from mpirun's"
 echo "sbatch under fake Slurm: srun bootstrap, a kill -9 restarted; losses and step-12 checkpoint bit-identical to mpirun's"
+# Slurm's warning before the time limit (#SBATCH --signal=B:USR1@120: SIGUSR1 to the batch script,
+# i.e. the launcher it execs): forwarded through srun to the ranks, which stop after step 3 (every
+# rank held there by SHARDRT_FAULT_WAIT until the signal is in) with its checkpoint; the launcher
+# requeues the job (--requeue: scontrol requeue), whose next run resumes to the same losses
+want "$t/job.sh" "#SBATCH --signal=B:USR1@120" "#SBATCH --requeue"
+SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$t/S sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/s.jsonl" >"$t/s.out" 2>&1 &
+spid=$!
+for _ in $(seq 600); do
+  [ "$(grep -c 'SHARDRT_FAULT_WAIT: waiting for a signal before step 3' "$t/s.out")" = 2 ] && break
+  sleep 0.1
+done
+kill -USR1 $spid
+rc=0
+wait $spid || rc=$?
+[ $rc = 0 ] && grep -q "^stopped on SIGUSR1 after step 3 of 12: checkpoint $t/S/step_00000003 saved" "$t/s.out" &&
+  grep -q "fake scontrol: requeue $spid" "$t/s.out" || { cat "$t/s.out"; fail "SIGUSR1 to the batch script: no stop at step 3 and requeue (status $rc)"; }
+SHARDC_CKPT=$t/S sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/s.jsonl" >"$t/s2.out" 2>&1 || { cat "$t/s2.out"; fail "the requeued job"; }
+grep -q -- "--resume auto: resuming from $t/S/step_00000003" "$t/s2.out" || { cat "$t/s2.out"; fail "the requeued job did not resume from step 3"; }
+[ "$(last "$t/a.jsonl")" = "$(last "$t/s.jsonl")" ] || { paste <(last "$t/a.jsonl") <(last "$t/s.jsonl"); fail "requeued: losses differ from mpirun's"; }
+echo "sbatch: SIGUSR1 to the batch script stopped both ranks after step 3 with its checkpoint, requeued; the requeued job resumed bit-identically"
 rc=0
 srun -n 3 "$t/dp2" "${run[@]}" --steps 1 --save-to '' >"$t/c.out" 2>&1 || rc=$?
 [ $rc != 0 ] && grep -q "launch it with srun -n 2" "$t/c.out" || { cat "$t/c.out"; fail "srun -n 3 of a 2-rank trainer (status $rc)"; }
