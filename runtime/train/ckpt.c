@@ -474,15 +474,17 @@ void rt_ckpt_check_layers(const RtStFile *s, const RtProgram *p, const RtTensor 
     rt_layer_name(nm, sizeof nm, t->name, have);
     if (!rt_json_get(s->hdr, nm)) break;
   }
-  if (have == t->dims[0] || !have) return; /* (none: whole, as older checkpoints hold it, or missing: the reader says so) */
+  int64_t ld[RT_MAX_RANK]; /* the logical layers: a rank may hold some (ZeRO 1 / 2's state split along them) */
+  rt_tensor_logical_dims(p, t, ld);
+  int64_t want = ld[0];
+  if (have == want || !have) return; /* (none: whole, as older checkpoints hold it, or missing: the reader says so) */
   const RtJson *m = rt_json_get(rt_json_get(s->hdr, "__metadata__"), "model");
   const char *ck = m && m->kind == RT_JSON_STR ? m->str : "", *mine = p->model ? p->model : "";
   char names[300] = ""; /* (the same name when a knob like -D layers=3 differs) */
   if (*ck && *mine && strcmp(ck, mine) != 0) snprintf(names, sizeof names, " ('%s', this one '%s')", ck, mine);
-  rt_layer_name(nm, sizeof nm, t->name, have < t->dims[0] ? have : t->dims[0]);
+  rt_layer_name(nm, sizeof nm, t->name, have < want ? have : want);
   rt_user_error("'%s' comes from another model%s: it holds %lld layer(s) of '%s', this model has %lld ('%s' is %s)",
-                s->path, names, (long long)have, t->name, (long long)t->dims[0], nm,
-                have < t->dims[0] ? "missing" : "one too many");
+                s->path, names, (long long)have, t->name, (long long)want, nm, have < want ? "missing" : "one too many");
 }
 
 static void st_read_kind(RtStFile *s, const RtProgram *p, char *mem, int kind) {
