@@ -186,14 +186,15 @@ pp_rows() { # the analytic-vs-compiled rows of compiled pp plans: memory within 
       n++; if (r < 0.9 || r > 1.1) { print "FAIL: " what ": analytic memory off by more than 10%: " $0; bad = 1 } }
       END { if (!n) { print "FAIL: " what ": no compiled pp plan"; bad = 1 } exit bad }'
 }
-# (--budget 12: its best candidate, pp 32 x 192 micro-batches, compiles in ~4 CPU s on a 3.5 GHz Zen 4
+# (--budget 16: its best candidate, pp 32 x 192 micro-batches, compiles in ~4 CPU s on a 3.5 GHz Zen 4
 # and 5.6-7.5 on a 2.45 GHz Zen 3 EPYC — this kind of machine has been both — past the default 8 s
-# less the 2 s ranking there; the budget is the search's promise, checked below as the CPU it took)
-cpu_time "$shardc" plan models/gpt3-175b.model --target cuda --topology models/topo/p4d-x128.topo --search --budget 12 ||
+# less the 2 s ranking there; at load 7 on the 2 vCPUs the CPU seconds of both grow by a third or more
+# (12 ran out twice in session 32); the budget is the search's promise, checked below as the CPU it took)
+cpu_time "$shardc" plan models/gpt3-175b.model --target cuda --topology models/topo/p4d-x128.topo --search --budget 16 ||
   bad "GPT-3 on p4d-x128: the search found no plan: $(sed -n 3,5p "$tmp/out")"
 out=$(cat "$tmp/out")
 echo "GPT-3 on p4d-x128: the search took $cpu CPU s ($wall s wall, load $(cut -d' ' -f1 /proc/loadavg)): $(echo "$out" | grep -m1 '^#  1  dp')"
-awk -v c="$cpu" 'BEGIN { exit !(c < 14) }' || bad "GPT-3 on p4d-x128: the search took $cpu CPU s, not under its 12 s budget + 2"
+awk -v c="$cpu" 'BEGIN { exit !(c < 18) }' || bad "GPT-3 on p4d-x128: the search took $cpu CPU s, not under its 16 s budget + 2"
 echo "$out" | grep -q '^#  1  dp [0-9]* tp [0-9]*[+sp]* pp [0-9]* ' || bad "GPT-3 on p4d-x128: the best confirmed plan has no pp: $(echo "$out" | grep -m1 '^#  1  dp')"
 echo "$out" | pp_rows "GPT-3 on p4d-x128" || fail=1
 line=$(echo "$out" | grep '^# over the memory bound, e.g. ')
