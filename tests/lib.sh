@@ -34,6 +34,14 @@ fail() {
 }
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 corpus() { bash scripts/gen_corpus.sh "$t/data.txt" "$1" 3 >/dev/null; }
+# held_ranks LOG STEP N: wait (up to 60 s) until N ranks say SHARDRT_FAULT_WAIT holds them before STEP in LOG
+held_ranks() {
+  for _ in $(seq 600); do
+    [ "$(grep -c "SHARDRT_FAULT_WAIT: waiting for a signal before step $2" "$1")" = "$3" ] && return 0
+    sleep 0.1
+  done
+  fail "$1: $3 ranks not held before step $2 within 60 s"
+}
 expect_shardc() {
   local want=$1 needles=() n rc ok=0
   shift

@@ -54,10 +54,7 @@ echo "sbatch under fake Slurm: srun bootstrap, a kill -9 restarted; losses and s
 want "$t/job.sh" "#SBATCH --signal=B:USR1@120" "#SBATCH --requeue"
 SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$t/S sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/s.jsonl" >"$t/s.out" 2>&1 &
 spid=$!
-for _ in $(seq 600); do
-  [ "$(grep -c 'SHARDRT_FAULT_WAIT: waiting for a signal before step 3' "$t/s.out")" = 2 ] && break
-  sleep 0.1
-done
+held_ranks "$t/s.out" 3 2
 kill -USR1 $spid
 rc=0
 wait $spid || rc=$?

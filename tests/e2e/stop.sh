@@ -81,10 +81,7 @@ echo "one rank, SIGTERM before step 8 (a --ckpt-every step): stopped after it (s
 SHARDRT_FAULT_WAIT=5 bash scripts/launch.sh --np 2 --launcher "${mpi[*]}" --delay 1 -- \
   "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/L" --log "$t/L.jsonl" >"$t/L.out" 2>&1 &
 lpid=$!
-for _ in $(seq 600); do
-  [ "$(grep -c 'SHARDRT_FAULT_WAIT: waiting for a signal before step 5' "$t/L.out")" = 2 ] && break
-  sleep 0.1
-done
+held_ranks "$t/L.out" 5 2
 kill -TERM $lpid
 rc=0
 wait $lpid || rc=$?
