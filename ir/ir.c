@@ -255,6 +255,16 @@ int ir_count_uses_deep(const Graph *g, const Value *v) {
   return c;
 }
 
+bool ir_reads_deep(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == v) return true;
+    if (n->body && ir_reads_deep(n->body, v)) return true;
+  }
+  return false;
+}
+
 void ir_count_uses_n(const Graph *g, int n, const Value *const *v, int *uses, int *deep) {
   for (int k = 0; k < n; k++) uses[k] = 0;
   for (int i = 0; i < g->nnodes; i++) {

@@ -382,6 +382,8 @@ int ir_count_uses(const Graph *g, const Value *v);
 /* The same in g and in the region bodies g's nodes own (a body reads enclosing values directly:
  * a gradient-accumulation loop reads the backward's seed, a constant of the top graph). */
 int ir_count_uses_deep(const Graph *g, const Value *v);
+/* Whether a node of g or of a region body nested in it reads v (ir_count_uses_deep(g, v) > 0, stopping at the first). */
+bool ir_reads_deep(const Graph *g, const Value *v);
 /* Both for n values in one walk of g: uses[k] = ir_count_uses(g, v[k]) and, unless deep is NULL,
  * deep[k] = ir_count_uses_deep(g, v[k]) (a value may be NULL: counted 0). */
 void ir_count_uses_n(const Graph *g, int n, const Value *const *v, int *uses, int *deep);

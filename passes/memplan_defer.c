@@ -58,16 +58,6 @@ static int deferred_index(const Graph *b, const Node *s, int *count) {
   return k;
 }
 
-/* Whether g (nested too) reads v. */
-static bool reads(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    for (int j = 0; j < n->nin; j++)
-      if (n->in[j] == v) return true;
-    if (n->body && reads(n->body, v)) return true;
-  }
-  return false;
-}
 
 /* A deferred scatter's input the plan may hold outside its body: made by a node of its own place (not a view, a folded
  * cast, a column concat, a stacked result) and read by the scatter alone. */
@@ -80,7 +70,7 @@ static bool holdable(const Node *s) {
     const Node *n = b->nodes[i];
     for (int j = 0; j < n->nin; j++)
       if (n->in[j] == x && n != s) return false;
-    if (n->body && reads(n->body, x)) return false;
+    if (n->body && ir_reads_deep(n->body, x)) return false;
   }
   return true;
 }
@@ -109,7 +99,7 @@ Node *memplan_defer_next(const Node *s) {
     const Node *n = g->nodes[i];
     for (int j = 0; j < n->nin; j++)
       if (n->in[j] == y) return NULL;
-    if (n->body && reads(n->body, y)) return NULL;
+    if (n->body && ir_reads_deep(n->body, y)) return NULL;
     if (n == c) return s2;
   }
   return NULL;

@@ -411,7 +411,7 @@ static bool reads_deep(const Graph *g, const Value *p) {
     const Node *n = g->nodes[i];
     for (int j = 0; j < n->nin; j++)
       if (n->in[j] == p) return true;
-    if (n->body && reads_deep(n->body, p)) return true;
+    if (n->body && reads_deep(n->body, p)) return true; /* (the body's own question: its captures' index) */
   }
   return false;
 }

@@ -98,13 +98,9 @@ Module *tb_compile_ref(Arena *a, Target target, const char *path, const FeDefine
 static bool read_deep(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nresults; i++)
     if (g->results[i] == v) return true;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    for (int j = 0; j < n->nin; j++)
-      if (n->in[j] == v) return true;
-    if (n->body && read_deep(n->body, v)) return true;
-  }
-  return false;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body && read_deep(g->nodes[i]->body, v)) return true;
+  return ir_count_uses(g, v) > 0;
 }
 
 static int zb_reads_in(const Module *m, const Graph *top, const Graph *g, const char *what) {

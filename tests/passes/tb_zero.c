@@ -15,16 +15,6 @@ static void expect(bool ok, const char *what, int *failures) {
   }
 }
 
-/* Whether a node of g or of a body nested in it reads v. */
-static bool reads_deep(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    for (int j = 0; j < n->nin; j++)
-      if (n->in[j] == v) return true;
-    if (n->body && reads_deep(n->body, v)) return true;
-  }
-  return false;
-}
 
 static bool stacked_over_pp(const Value *v) { return v->shape.rank > 0 && v->sharding.split[0] == RT_AX_PP; }
 
@@ -140,7 +130,7 @@ int tb_check_zero_pp(const Module *m, int64_t M, const char *what) {
     end[i] = i;
     for (int k = i + 1; k < n; k++) {
       const Node *r = g->nodes[k];
-      bool reads = r->body && reads_deep(r->body, x->out[0]);
+      bool reads = r->body && ir_reads_deep(r->body, x->out[0]);
       for (int j = 0; j < r->nin; j++) reads |= r->in[j] == x->out[0];
       if (reads) end[i] = k;
     }
@@ -173,7 +163,7 @@ static void body_scatters(const Graph *g, bool top, int *n, int *read, int *unpl
     const Node *x = g->nodes[i];
     if (x->op != OP_REDUCE_SCATTER || !ir_comm_async(x)) continue;
     (*n)++;
-    *read += reads_deep(g, x->out[0]);
+    *read += ir_reads_deep(g, x->out[0]);
     *unplaced += !x->defer_wait;
   }
 }
