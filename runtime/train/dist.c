@@ -112,18 +112,26 @@ void rt_tensor_scatter(const RtCtx *ctx, const RtProgram *p, const RtTensor *t, 
   }
 }
 
+/* The group a gather of t spans: the axes splitting it, and pp where only some stages hold it. */
+static RtGroup *gather_group(RtCtx *ctx, const RtProgram *p, const RtTensor *t, int *held) {
+  unsigned mask = rt_tensor_split_mask(p, t);
+  *held = t->stages && rt_program_degree(p, RT_AX_PP) > 1; /* held on some stages: gathered over pp from them */
+  if (*held) mask |= RT_MESH_PP;
+  if (!mask) return NULL;
+  RtGroup *g = ctx->groups[mask];
+  if (!g) rt_bug("tensor %s is split over %s but there is no such group", t->name, rt_mesh_mask_name(mask));
+  return g;
+}
+
 void rt_tensor_gather(RtCtx *ctx, const RtProgram *p, const RtTensor *t, const void *local, void *logical) {
   size_t es = rt_dtype_size((RtDType)t->dtype);
   int64_t n = rt_tensor_numel(t);
-  unsigned mask = rt_tensor_split_mask(p, t);
-  int held = t->stages && rt_program_degree(p, RT_AX_PP) > 1; /* held on some stages: gathered over pp from them */
-  if (held) mask |= RT_MESH_PP;
-  if (!mask) {
+  int held;
+  RtGroup *g = gather_group(ctx, p, t, &held);
+  if (!g) {
     memmove(logical, local, (size_t)n * es);
     return;
   }
-  RtGroup *g = ctx->groups[mask];
-  if (!g) rt_bug("tensor %s is split over %s but there is no such group", t->name, rt_mesh_mask_name(mask));
   int size = rt_group_size(g);
   size_t bytes = (size_t)n * es;
   char *all = rt_xmalloc(bytes * (size_t)size);
@@ -145,6 +153,44 @@ void rt_tensor_gather(RtCtx *ctx, const RtProgram *p, const RtTensor *t, const v
     }
   }
   free(all);
+}
+
+int64_t rt_tensor_local_row(const RtCtx *ctx, const RtProgram *p, const RtTensor *t, int64_t row) {
+  int coord[RT_AX_COUNT];
+  rt_ctx_coords(ctx, coord);
+  if (!rt_tensor_held(p, t, coord[RT_AX_PP])) return -1;
+  int64_t ld[RT_MAX_RANK], vl = t->dims[t->rank - 1], rows = rt_tensor_numel(t) / vl;
+  int64_t vp = (rt_tensor_logical_dims(p, t, ld), ld[t->rank - 1]);
+  for (int64_t j = 0; j < rows; j++) { /* (a row's first element's logical index / the logical row length) */
+    int64_t li = rt_tensor_logical_index(p, t, coord, j * vl);
+    if (li >= 0 && li / vp == row) return j;
+  }
+  return -1;
+}
+
+void rt_tensor_gather_row(RtCtx *ctx, const RtProgram *p, const RtTensor *t, const void *loc, float *out) {
+  int coord[RT_AX_COUNT], held, d = t->rank - 1;
+  rt_ctx_coords(ctx, coord);
+  int64_t ld[RT_MAX_RANK];
+  rt_tensor_logical_dims(p, t, ld);
+  memset(out, 0, (size_t)ld[d] * sizeof *out);
+  for (int64_t v = 0; loc && v < t->dims[d]; v++) {
+    float x;
+    if (t->dtype == RT_BF16) {
+      uint16_t h;
+      memcpy(&h, (const char *)loc + 2 * v, 2);
+      uint32_t u = (uint32_t)h << 16;
+      memcpy(&x, &u, 4);
+    } else if (t->dtype == RT_F32) {
+      memcpy(&x, (const char *)loc + 4 * v, 4);
+    } else {
+      rt_bug("tensor %s: a row of dtype %s cannot be gathered", t->name, rt_dtype_st_name((RtDType)t->dtype));
+    }
+    out[rt_tensor_dim_logical(p, t, d, coord, v)] = x;
+  }
+  RtGroup *g = gather_group(ctx, p, t, &held);
+  /* each element is on one member (the others add zeros: exact) */
+  if (g) rt_all_reduce(g, out, out, (size_t)ld[d], RT_F32, RT_SUM);
 }
 
 /* ---- the logical program's tensors (checkpoints, dumps) ---- */

@@ -33,12 +33,13 @@ double rt_run_evaluate(RtRun *r) {
 }
 
 /* Samples from the logits at row 0, position len-1 of a window of the last T tokens. Every rank
- * runs the logits function (its collectives need them all); a multi-rank program's logits are
- * gathered to the logical [batch, seq, vocab] (vocab-parallel logits are split over tp; a pipeline's
- * are on the stage computing them, logits_tensor.stages, and gathered over pp from it), and rank
- * 0's choice is broadcast so every rank feeds the same next window. Under gradient accumulation
- * or a pipeline the logits entry runs one micro-batch's forward: the logits' rows are a micro-batch's
- * (every row of the window the same, row 0 read). */
+ * runs the logits function (its collectives need them all); of a multi-rank program's logits only
+ * the sampled row moves (rt_tensor_gather_row: the ranks holding its parts, vocab-parallel logits
+ * split over tp, a pipeline's on the stage computing them, logits_tensor.stages, add them into one
+ * all-reduce of the row over the group splitting the logits), and rank 0's choice is broadcast so
+ * every rank feeds the same next window. Under gradient accumulation or a pipeline the logits entry
+ * runs one micro-batch's forward: the logits' rows are a micro-batch's (every row of the window the
+ * same, row 0 read). */
 void rt_run_sample_check(const RtRun *r) {
   const RtProgram *p = r->p;
   if (!p->logits) rt_user_error("--sample: this program has no logits function");
@@ -81,10 +82,10 @@ void rt_run_sample(RtRun *r) {
   int ldt = lt ? lt->dtype : r->dev && p->logits_tensor ? p->logits_tensor->dtype : RT_F32;
   size_t les = rt_dtype_size(ldt);
   if (ldt != RT_F32 && ldt != RT_BF16) rt_bug("logits of dtype %s cannot be sampled", rt_dtype_st_name(ldt));
-  float *all = lt ? rt_xmalloc((size_t)rt_tensor_logical_dims(p, lt, ldims) * les) : NULL;
-  if (lt) VP = ldims[lt->rank - 1];
-  float *logits = lt ? all : (float *)(r->mem + p->logits_offset);
-  char *lloc = lt && r->dev ? rt_xmalloc((size_t)rt_tensor_bytes(lt)) : NULL; /* the local logits, downloaded */
+  if (lt) VP = (rt_tensor_logical_dims(p, lt, ldims), ldims[lt->rank - 1]);
+  float *logits = (float *)(r->mem + p->logits_offset); /* (a single rank's) */
+  size_t lrow = lt ? (size_t)lt->dims[lt->rank - 1] * les : 0; /* a local row's bytes */
+  char *lloc = lt && r->dev ? rt_xmalloc(lrow) : NULL; /* the local row, downloaded */
   float *rowbuf = rt_xmalloc((size_t)VP * sizeof *rowbuf);
   double *prob = rt_xmalloc((size_t)V * sizeof *prob);
   r->ctx.step = 0;
@@ -98,28 +99,23 @@ void rt_run_sample(RtRun *r) {
     rt_run_to_dev(r, r->tokens);
     p->logits(r->mem, &r->ctx);
     const float *row;
-    if (!r->dev && ldt == RT_F32) { /* a CPU program: as it is */
-      if (lt) rt_tensor_gather(&r->ctx, p, lt, r->mem + lt->offset, all);
+    if (lt) { /* only the sampled row moves: the rank holding each part of it adds it to zeros */
+      int64_t j = rt_tensor_local_row(&r->ctx, p, lt, L - 1);
+      const char *loc = j < 0 ? NULL : r->mem + lt->offset + (size_t)j * lrow;
+      if (loc && r->dev) r->dev->download(&r->ctx, lloc, loc, (int64_t)lrow), loc = lloc;
+      rt_tensor_gather_row(&r->ctx, p, lt, loc, rowbuf);
+      row = rowbuf;
+    } else if (!r->dev && ldt == RT_F32) { /* a CPU program: as it is */
       row = logits + (L - 1) * VP;
-    } else {
-      const char *src;
-      if (lt) {
-        if (r->dev) r->dev->download(&r->ctx, lloc, r->mem + lt->offset, rt_tensor_bytes(lt));
-        rt_tensor_gather(&r->ctx, p, lt, r->dev ? lloc : r->mem + lt->offset, all);
-        src = (const char *)all + (size_t)((L - 1) * VP) * les;
-      } else { /* only the row that is sampled */
-        r->dev->download(&r->ctx, rowbuf, r->mem + p->logits_offset + (L - 1) * VP * (int64_t)les, VP * (int64_t)les);
-        src = (const char *)rowbuf;
-      }
+    } else { /* only the row that is sampled */
+      r->dev->download(&r->ctx, rowbuf, r->mem + p->logits_offset + (L - 1) * VP * (int64_t)les, VP * (int64_t)les);
       if (ldt == RT_BF16) /* widen in place, from the end: element v's 2 bytes lie below its 4 */
         for (int64_t v = VP - 1; v >= 0; v--) {
           uint16_t h;
-          memcpy(&h, src + 2 * v, 2);
+          memcpy(&h, (const char *)rowbuf + 2 * v, 2);
           uint32_t u = (uint32_t)h << 16;
           memcpy(&rowbuf[v], &u, 4);
         }
-      else if (src != (const char *)rowbuf)
-        memcpy(rowbuf, src, (size_t)VP * sizeof *rowbuf);
       row = rowbuf;
     }
     int64_t next = 0;
@@ -165,7 +161,6 @@ void rt_run_sample(RtRun *r) {
     fflush(stdout);
   }
   if (win != in) free(win);
-  free(all);
   free(lloc);
   free(rowbuf);
   free(prob);

@@ -246,6 +246,8 @@ int rt_tensor_dim_axis(const RtProgram *p, const RtTensor *t, int d); /* the axi
 int rt_tensor_dim_inner(const RtProgram *p, const RtTensor *t, int d); /* the inner axis splitting it again, else -1 */
 /* The logical index along dim d of local index l on the rank at coord (not for RT_BLOCKS_STAGES dims). */
 int64_t rt_tensor_dim_index(const RtProgram *p, const RtTensor *t, int d, const int coord[RT_AX_COUNT], int64_t l);
+/* The same for any dim: -1 for a padding row of uneven pipeline stages. */
+int64_t rt_tensor_dim_logical(const RtProgram *p, const RtTensor *t, int d, const int coord[RT_AX_COUNT], int64_t l);
 unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t);
 /* Whether the ranks of pipeline stage pp_coord hold t (RtTensor.stages): initialise, load, check
  * and checkpoint it. Elsewhere its bytes belong to another stage's values: never touched. */

@@ -41,6 +41,14 @@ static int dim_degree(const RtProgram *p, const RtTensor *t, int d) {
   return (a >= 0 ? rt_program_degree(p, a) : 1) * (ia >= 0 ? rt_program_degree(p, ia) : 1);
 }
 
+/* The logical dim d's extent (rt_tensor_logical_dims' per dim). */
+static int64_t dim_logical_extent(const RtProgram *p, const RtTensor *t, int d) {
+  int a = rt_tensor_dim_axis(p, t, d);
+  if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES)
+    return rt_stage_logical(p->stage_rows, rt_program_degree(p, a), p->stage_chunks);
+  return t->dims[d] * dim_degree(p, t, d);
+}
+
 int64_t rt_tensor_dim_index(const RtProgram *p, const RtTensor *t, int d, const int coord[RT_AX_COUNT], int64_t l) {
   int a = rt_tensor_dim_axis(p, t, d), ia = rt_tensor_dim_inner(p, t, d);
   if (a < 0 && ia < 0) return l;
@@ -50,12 +58,8 @@ int64_t rt_tensor_dim_index(const RtProgram *p, const RtTensor *t, int d, const 
 
 int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims) {
   int64_t n = 1;
-  for (int d = 0; d < t->rank; d++) {
-    int a = rt_tensor_dim_axis(p, t, d);
-    dims[d] = a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES ? rt_stage_logical(p->stage_rows, rt_program_degree(p, a), p->stage_chunks)
-                                                                : t->dims[d] * dim_degree(p, t, d);
-    n *= dims[d];
-  }
+  for (int d = 0; d < t->rank; d++)
+    n *= dims[d] = dim_logical_extent(p, t, d);
   return n;
 }
 
@@ -73,21 +77,21 @@ int rt_tensor_held(const RtProgram *p, const RtTensor *t, int pp_coord) {
   return rt_stage_holds(t->stages, rt_program_degree(p, RT_AX_PP), pp_coord);
 }
 
+int64_t rt_tensor_dim_logical(const RtProgram *p, const RtTensor *t, int d, const int coord[RT_AX_COUNT], int64_t l) {
+  int a = rt_tensor_dim_axis(p, t, d);
+  if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES) /* uneven pipeline stages: padding rows are no element */
+    return rt_stage_index(p->stage_rows, rt_program_degree(p, a), p->stage_chunks, coord[a], l);
+  return rt_tensor_dim_index(p, t, d, coord, l);
+}
+
 int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int coord[RT_AX_COUNT], int64_t i) {
   int64_t li = 0, mul = 1;
   for (int d = t->rank - 1; d >= 0; d--) {
-    int64_t l = i % t->dims[d];
+    int64_t l = rt_tensor_dim_logical(p, t, d, coord, i % t->dims[d]);
     i /= t->dims[d];
-    int a = rt_tensor_dim_axis(p, t, d);
-    if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES) { /* uneven pipeline stages: padding rows are no element */
-      l = rt_stage_index(p->stage_rows, rt_program_degree(p, a), p->stage_chunks, coord[a], l);
-      if (l < 0) return -1;
-      li += l * mul;
-      mul *= rt_stage_logical(p->stage_rows, rt_program_degree(p, a), p->stage_chunks);
-      continue;
-    }
-    li += rt_tensor_dim_index(p, t, d, coord, l) * mul;
-    mul *= t->dims[d] * dim_degree(p, t, d);
+    if (l < 0) return -1;
+    li += l * mul;
+    mul *= dim_logical_extent(p, t, d);
   }
   return li;
 }

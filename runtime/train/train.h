@@ -96,6 +96,12 @@ void rt_ctx_coords(const RtCtx *ctx, int coord[RT_AX_COUNT]);
  * (collective over the group splitting t: every member calls it). */
 void rt_tensor_scatter(const RtCtx *ctx, const RtProgram *p, const RtTensor *t, const void *logical, void *local);
 void rt_tensor_gather(RtCtx *ctx, const RtProgram *p, const RtTensor *t, const void *local, void *logical);
+/* One row of t (its leading dims flattened, the last dim whole): the local row holding logical row
+ * `row` on this rank (-1: none here), and the logical row (as f32, the logical last dim's length) on
+ * every member of t's group from each member's local row loc (NULL: none). One all-reduce of the row
+ * (collective over the group, as rt_tensor_gather), not a gather of the tensor: sampling's logits. */
+int64_t rt_tensor_local_row(const RtCtx *ctx, const RtProgram *p, const RtTensor *t, int64_t row);
+void rt_tensor_gather_row(RtCtx *ctx, const RtProgram *p, const RtTensor *t, const void *loc, float *out);
 /* The tensors of the kinds in `kinds` (bits 1 << RT_T_*) of p's logical program lp
  * (rt_logical_program) moved between the two layouts: gathered (collective) or scattered. */
 void rt_gather_tensors(RtCtx *ctx, const RtProgram *p, const RtProgram *lp, const char *mem, char *lmem, int kinds);
