@@ -1,6 +1,7 @@
 /* passes/plan_table.c — the plan search's report: the ranked table, why each plan loses to the
  * best, and what the search dropped (see plan_search.h). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "commreport.h"
@@ -45,39 +46,57 @@ static void why(const PlanCand *c, const PlanCand *b, char *buf, size_t cap) {
  * candidates and every compiled one, in the search's order, with the compiled memory and step beside
  * the analytic ones and their ratios; `!` marks a ratio off by more than the model's tolerance
  * (memory 15 %, step 30 %) or a verdict the compiled plan does not share. */
+/* The plan column's width: the longest label among the rows shown (at least 38). */
+static int label_width(const SearchResult *r, const bool *shown) {
+  char lab[96];
+  int w = 38;
+  for (int i = 0; i < r->n; i++) {
+    if (!shown[i]) continue;
+    plan_cand_label(&r->cand[i], lab, sizeof lab);
+    int n = (int)strlen(lab);
+    w = n > w ? n : w;
+  }
+  return w;
+}
+
 static void print_analytic(FILE *f, const SearchResult *r, int top) {
   char a[32], b[32], c[32], d[32], lab[96];
-  fprintf(f, "# analytic ranking vs compiled (memory per rank at the peak, by class; step; !: memory off by over 15 %%, "
-             "step by over 30 %%, or another verdict)\n");
-  fprintf(f, "# %2s  %-38s %10s %10s %6s %9s %9s %6s  %s\n", "#", "plan", "mem ana", "compiled", "ratio", "step ana",
-          "compiled", "ratio", "compiled verdict");
-  int shown = 0, afit = 0;
-  for (int i = 0; i < r->n && shown < top + 16; i++) {
+  bool *row = calloc((size_t)r->n + 1, sizeof *row);
+  for (int i = 0, shown = 0, afit = 0; i < r->n && shown < top + 16; i++) { /* the rows shown */
     const PlanCand *p = &r->cand[i];
     bool compiled = p->status == CAND_FITS || p->status == CAND_NOFIT || p->status == CAND_INVALID;
     afit += p->ana_fits;
-    if (!compiled && !(p->ana_fits && afit <= top) && !(p->near && shown < top)) continue;
-    shown++;
+    shown += row[i] = compiled || (p->ana_fits && afit <= top) || (p->near && shown < top);
+  }
+  int lw = label_width(r, row);
+  fprintf(f, "# analytic ranking vs compiled (memory per rank at the peak, by class; step; !: memory off by over 15 %%, "
+             "step by over 30 %%, or another verdict)\n");
+  fprintf(f, "# %2s  %-*s %10s %10s %6s %9s %9s %6s  %s\n", "#", lw, "plan", "mem ana", "compiled", "ratio", "step ana",
+          "compiled", "ratio", "compiled verdict");
+  for (int i = 0; i < r->n; i++) {
+    const PlanCand *p = &r->cand[i];
+    if (!row[i]) continue;
     plan_cand_label(p, lab, sizeof lab);
     if (p->status == CAND_FITS || p->status == CAND_NOFIT) {
       double peak = 0;
       for (int k = 0; k < MEM_COUNT; k++) peak += (double)p->by_class[k];
       double mr = peak > 0 ? p->ana.total / peak : 0, tr = p->cost.step_s > 0 ? p->ana.step_s / p->cost.step_s : 0;
       bool off = mr < 0.85 || mr > 1.15 || tr < 0.7 || tr > 1.3 || p->ana_fits != (p->status == CAND_FITS);
-      fprintf(f, "# %2d%s %-38s %10s %10s %6.2f %9s %9s %6.2f  %s%s%s%s\n", i + 1, off ? "!" : " ", lab,
+      fprintf(f, "# %2d%s %-*s %10s %10s %6.2f %9s %9s %6.2f  %s%s%s%s\n", i + 1, off ? "!" : " ", lw, lab,
               gib(a, sizeof a, p->ana.total), gib(b, sizeof b, peak), mr, cost_human_time(c, sizeof c, p->ana.step_s),
               cost_human_time(d, sizeof d, p->cost.step_s), tr, p->status == CAND_FITS ? "fits" : "does not fit",
               p->status == CAND_NOFIT ? ", largest: " : "", p->status == CAND_NOFIT ? memplan_class_labels[p->largest] : "",
               !p->near ? "" : p->status == CAND_FITS ? " (~: over the capacity by the model, confirmed by compiling)"
                                                      : " (~: over the capacity by the model, compiled to check)");
     } else {
-      fprintf(f, "# %2d  %-38s %10s %10s %6s %9s %9s %6s  %s%s\n", i + 1, lab, gib(a, sizeof a, p->ana.total), "-", "-",
+      fprintf(f, "# %2d  %-*s %10s %10s %6s %9s %9s %6s  %s%s\n", i + 1, lw, lab, gib(a, sizeof a, p->ana.total), "-", "-",
               cost_human_time(c, sizeof c, p->ana.step_s), "-", "-",
               p->status == CAND_INVALID ? (p->timed_out ? "refused: compile over its time limit" : "refused by the compiler")
                                         : "not compiled",
               p->near ? " (~: over the capacity by the model)" : "");
     }
   }
+  free(row);
 }
 
 void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int top) {
@@ -115,7 +134,12 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
   if (!r->nranked) {
     fprintf(f, "# no candidate fits%s\n", r->ana_fit ? " as compiled (see the analytic rows below)" : "");
   } else {
-    fprintf(f, "# %2s  %-38s %9s %11s %6s  %-26s %9s %9s %7s  %s\n", "#", "plan", "step", "tokens/s", "MFU",
+    bool *row = calloc((size_t)r->n + 1, sizeof *row);
+    for (int i = 0; i < r->nranked && i < top; i++)
+      row[r->rank[i]] = true;
+    int lw = label_width(r, row);
+    free(row);
+    fprintf(f, "# %2s  %-*s %9s %11s %6s  %-26s %9s %9s %7s  %s\n", "#", lw, "plan", "step", "tokens/s", "MFU",
             "memory/rank (largest)", "compute", "exposed", "bubble", "why");
     const PlanCand *best = &r->cand[r->rank[0]];
     for (int i = 0; i < r->nranked && i < top; i++)
@@ -130,7 +154,7 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
       snprintf(mem, sizeof mem, "%s (%s %.0f%%)", gib(a, sizeof a, p->mem_total), memplan_class_names[p->largest],
                p->mem_total > 0 ? 100.0 * (double)p->by_class[p->largest] / p->mem_total : 0);
       why(p, best, w, sizeof w);
-      fprintf(f, "# %2d  %-38s %9s %11s %5.1f%%  %-26s %9s %9s %6.1f%%  %s%s\n", i + 1, lab,
+      fprintf(f, "# %2d  %-*s %9s %11s %5.1f%%  %-26s %9s %9s %6.1f%%  %s%s\n", i + 1, lw, lab,
               cost_human_time(b, sizeof b, p->cost.step_s), cost_human_rate(e1, sizeof e1, p->cost.tokens_per_s),
               100 * p->cost.mfu, mem,
               cost_human_time(c, sizeof c, p->cost.compute_s), cost_human_time(d, sizeof d, p->cost.exposed_comm_s),
