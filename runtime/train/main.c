@@ -163,10 +163,10 @@ static int mem_init(RtRun *r) {
       int64_t avail = host_available();
       int n = local_procs();
       if (avail >= 0 && (double)hb * n > (double)avail)
-        rt_user_error("rank %d: the offloaded optimizer step does not fit this host: %.1f MiB of host memory per "
+        rt_rank_error("the offloaded optimizer step does not fit this host: %.1f MiB of host memory per "
                       "rank x %d rank%s here = %.1f MiB, but %.1f MiB is available (MemAvailable); `shardc plan` "
                       "shows the host memory the plan needs",
-                      r->ctx.rank, (double)hb / (1 << 20), n, n == 1 ? "" : "s", (double)hb * n / (1 << 20),
+                      (double)hb / (1 << 20), n, n == 1 ? "" : "s", (double)hb * n / (1 << 20),
                       (double)avail / (1 << 20));
       r->ctx.host_mem = aligned_alloc(64, hb);
       if (!r->ctx.host_mem)

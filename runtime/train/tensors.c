@@ -113,7 +113,7 @@ void rt_run_check_device_flags(RtRun *r, const char *what) {
   int32_t flags = 0;
   r->dev->download(&r->ctx, &flags, r->mem + r->p->mem_bytes, 4);
   if (!flags) return;
-  rt_user_error("rank %d, %s at step %lld: the GPU kernels found %s%s%s (flags 0x%x)", r->ctx.rank, what,
+  rt_rank_error("%s at step %lld: the GPU kernels found %s%s%s (flags 0x%x)", what,
                 (long long)r->ctx.step, flags & 1 ? "a token id outside the embedding table" : "",
                 (flags & 3) == 3 ? " and " : "", flags & 2 ? "a target outside the vocabulary" : "", (unsigned)flags);
 }
