@@ -62,6 +62,7 @@ static void usage(FILE *f, const char *models) {
           "  -I DIR                add an import directory (default: %s)\n"
           "  --ir                  plan: print the program's IR too (each rank class's graph, before the\n"
           "                        parameter table; pipelines unroll it per micro-batch)\n"
+          "  --bytes               plan: the memory table's sizes in bytes (and MiB), for scripts\n"
           "  --dump-ir             print the final IR, parameter counts and FLOPs, then stop\n"
           "  --dump-ir=after:PASS  print the IR after PASS (or 'all'); passes:",
           models);
@@ -223,7 +224,7 @@ static const char *const options[] = {"-o", "--target", "--cpu-kernels", "--no-f
                                       "--confirm", "--budget", "--profile", "--compare", "--mesh-svg", "--memory-svg",
                                       "--compare-svg", "--storage", "--sbatch", "--schedule-svg", "--emit-c", "--cc",
                                       "--cflags", "--topology", "--world", "--max-errors", "-I", "--dump-ir", "--search",
-                                      "--pick", "--cost", "--no-outline", "--time-passes", "--no-verify", "--ir", "--help"};
+                                      "--pick", "--cost", "--no-outline", "--time-passes", "--no-verify", "--ir", "--bytes", "--help"};
 enum { NVALUED = 23 }; /* options' first, which take a value */
 
 /* A value option given again (or two --dump-ir=...): the last wins, as a -D does, and a note says so
@@ -247,6 +248,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   ReplanSvg psvg = {0};
   bool build = false, cost = false, search = false, pick = false;
   bool ir = false, dump_ir = false; /* --ir; --dump-ir (final): the program's IR with the plan */
+  bool raw_bytes = false;           /* --bytes: the memory table's sizes in bytes (memplan_print) */
   SearchOptions so = {.top = 10};
   const char *search_flag = NULL; /* the last of --top, --confirm, --budget, --compile-limit: --search's */
   Target target = TARGET_CPU;
@@ -384,6 +386,8 @@ static int compile(int argc, char **argv, Diag *diag) {
       dump_ir = true;
     } else if (strcmp(a, "--ir") == 0) {
       ir = true;
+    } else if (strcmp(a, "--bytes") == 0) {
+      raw_bytes = true;
     } else if (strncmp(a, "--dump-ir=", 10) == 0) {
       dump = a + 10;
     } else if (strcmp(a, "--time-passes") == 0) {
@@ -451,6 +455,11 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (ir && (!dump || strcmp(dump, "final") != 0 || search || compare)) {
     error_plain("--ir prints the program's IR in `shardc plan`'s output: use it with `shardc plan FILE`, without "
                 "--search, --pick, --compare or --dump-ir=...");
+    return 1;
+  }
+  if (raw_bytes && (!dump || strcmp(dump, "final") != 0 || search || compare)) {
+    error_plain("--bytes prints the sizes of `shardc plan`'s memory table in bytes: use it with `shardc plan FILE`, "
+                "without --search, --pick, --compare or --dump-ir=...");
     return 1;
   }
   if (dump && strncmp(dump, "after:", 6) == 0) {
@@ -597,7 +606,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m, ir || dump_ir);
     pipe_print(stdout, m, piped ? &cpipe : NULL, dev.source);
-    memplan_print(stdout, m);
+    memplan_print(stdout, m, raw_bytes);
   }
   if (cost) { /* the cost model (passes/cost.c): after the plan, before the fit check */
     CostReport cr;
