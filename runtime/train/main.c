@@ -448,6 +448,7 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     }
   }
   loop->t_total = rt_now() - t_start;
+  rt_stop_disarm(); /* the ranks have agreed to stop, or trained every step: a signal no longer ends a collective */
 }
 
 int rt_train_main(int argc, char **argv, const RtProgram *p) {

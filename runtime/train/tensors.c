@@ -343,8 +343,15 @@ void rt_run_diverged(RtRun *r, int64_t s, const char *what) {
   exit(1);
 }
 
+static void save(RtRun *r);
 void rt_run_save(RtRun *r) {
   if (!r->o.save_to) return;
+  rt_stop_save_begin(); /* (a stop signal waits for it: stop.c) */
+  save(r);
+  rt_stop_save_end();
+}
+
+static void save(RtRun *r) {
   double tw = rt_now();
   rt_run_save_wait(r); /* the previous checkpoint is complete first */
   double t0 = rt_now();
