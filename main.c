@@ -40,7 +40,8 @@ static void usage(FILE *f, const char *models) {
           "\n"
           "options:\n"
           "  -o FILE               the trainer to write (build; default: train_MODEL in this folder)\n"
-          "  --target cpu|cuda     what the trainer runs on (default cpu): cuda emits GPU kernels (NVRTC at\n"
+          "  --target cpu|cuda     what the trainer runs on (default cpu, also on a topology of GPUs: the plan's\n"
+          "                        header says which and why): cuda emits GPU kernels (NVRTC at\n"
           "                        start), cuBLASLt GEMMs and bf16 mixed precision when the recipe asks for it\n"
           "  --cpu-kernels c|llvm  the CPU target's elementwise runs (fusion groups), norms and AdamW: kernels\n"
           "                        built by LLVM for this machine's CPU (default where LLVM can) or the\n"
@@ -251,7 +252,8 @@ static int compile(int argc, char **argv, Diag *diag) {
   bool raw_bytes = false;           /* --bytes: the memory table's sizes in bytes (memplan_print) */
   SearchOptions so = {.top = 10};
   const char *search_flag = NULL; /* the last of --top, --confirm, --budget, --compile-limit: --search's */
-  Target target = TARGET_CPU;
+  Target target = TARGET_CPU; /* the default on any topology: fit_target_why says why, and the plan's header */
+  bool target_given = false;
   CgOptions cg = {0};
   int cpu_kernels = -1; /* --cpu-kernels: 0 c, 1 llvm, -1 not given */
   unsigned no_fuse = 0; /* --no-fuse: Module.no_fuse (passes/fuse_off.c) */
@@ -293,6 +295,7 @@ static int compile(int argc, char **argv, Diag *diag) {
       out = argv[++i];
     } else if (strcmp(a, "--target") == 0 && i + 1 < argc) {
       const char *t = argv[++i];
+      target_given = true;
       if (strcmp(t, "cpu") == 0) target = TARGET_CPU;
       else if (strcmp(t, "cuda") == 0) target = TARGET_CUDA;
       else error_plain("--target %s: expected cpu or cuda", t);
@@ -604,7 +607,10 @@ static int compile(int argc, char **argv, Diag *diag) {
   CostPipe cpipe; /* the pipeline's predicted timeline (passes/cost.c), printed and drawn */
   bool piped = m->pipe && ((dump && strcmp(dump, "final") == 0) || svg) && cost_pipe(m, &dev, &cpipe);
   if (dump && strcmp(dump, "final") == 0) {
+    char why[256];
+    m->target_why = fit_target_why(m, target_given, why, sizeof why);
     ir_print_module(stdout, m, ir || dump_ir);
+    m->target_why = NULL;
     pipe_print(stdout, m, piped ? &cpipe : NULL, dev.source);
     memplan_print(stdout, m, raw_bytes);
   }
@@ -657,6 +663,10 @@ static int compile(int argc, char **argv, Diag *diag) {
     if (!out) snprintf(def, sizeof def, "train_%s", m->name);
     if (!cg_build(m, out ? out : def, &cg)) return 1;
     print_launch_hint(m, out ? out : def);
+    if (fit_target_gpus_unused(m, target_given))
+      note_at((SrcLoc){0}, "%s is a CPU trainer (the default target), not one for topology `%s`'s GPUs (%s): --target "
+              "cuda builds for them (--target cpu: this note is not printed)",
+              out ? out : def, m->topo.name ? m->topo.name : "?", m->topo.device ? m->topo.device : "?");
   }
   if (sbatch) { /* the Slurm batch script for the trainer -o names (codegen/sbatch.c) */
     char def[512];

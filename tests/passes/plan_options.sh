@@ -234,6 +234,15 @@ for args in "plan models/tiny.model --world 2 -D zero=2" "plan models/gpt2-124m.
     status=1
   fi
 done
+# the target: the CPU by default, also on a topology of GPUs, said in the plan's header (and by a note after a build)
+expect_stdout=1 expect_shardc 0 "# target cpu: the default, not topology \`p4d_x1\`'s GPUs (a100_40g): --target cuda plans and builds for them" \
+  -- plan models/gpt2-124m.model -D layers=1
+expect_stdout=1 expect_shardc 0 "# target cpu: the default; topology \`cpu\`'s ranks are CPU processes" -- plan models/tiny.model
+expect_stdout=1 expect_shardc 0 "# target cuda: given with --target" -- plan models/gpt2-124m.model -D layers=1 --target cuda
+expect_shardc 0 "note: $tmp/g1 is a CPU trainer (the default target), not one for topology \`p4d_x1\`'s GPUs (a100_40g): --target cuda builds for them" \
+  -- build models/gpt2-124m.model -D layers=1 -o "$tmp/g1"
+expect_shardc 0 -- build models/tiny.model --world 1 -o "$tmp/t1"
+! grep -q "CPU trainer" <<<"$out" || { echo "FAIL: a CPU topology's build noted the target: $out"; status=1; }
 # the memory table for people: KiB / MiB / GiB, no byte counts; --bytes gives them (scripts), and only to `shardc plan`
 expect_stdout=1 expect_shardc 0 "#   parameters           471.0 KiB" "#   activations           5.14 MiB" \
   "#   capacity              8.00 GiB  cpu memory: fits" -- plan models/tiny.model
