@@ -35,7 +35,7 @@ extern const char *rt_error_tool;
  * rt_user_error: EVERY rank reaches it with the same text (a flag, the recipe, the corpus, a
  * logical checkpoint every rank reads; and every error of a single process or of `shardc ckpt`).
  * Rank 0 (or a process without a launcher) prints "error: <message>" and exits 1. Another rank
- * prints nothing and waits, at most RT_ERROR_WAIT_S, for the launcher to end it once rank 0 has
+ * prints nothing and waits, at most RT_ERROR_WAIT_S (SHARDRT_ERROR_WAIT seconds), for the launcher to end it once rank 0 has
  * exited (mpirun ends the rest of a job when one rank exits non-zero; a SIGTERM, SIGINT or SIGUSR1
  * in the wait ends it with status 1 at once): the message appears once, not once per rank. Should
  * the wait run out (rank 0 did not reach it after all, or a launcher that lets the others run on)

@@ -88,7 +88,7 @@ void rt_user_error(const char *fmt, ...) {
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL);
-  double until = rt_now() + RT_ERROR_WAIT_S;
+  double until = rt_now() + rt_env_num("SHARDRT_ERROR_WAIT", RT_ERROR_WAIT_S, 0, 600);
   while (!ended && rt_now() < until) {
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);

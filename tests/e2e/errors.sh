@@ -4,7 +4,7 @@
 # with the same text, print their "error: ..." line once (rank 0's) and the job exits non-zero
 # promptly (the other ranks wait for mpirun to end them, not 4 copies); an error only one rank
 # reaches (rank 1's own file of a sharded checkpoint, truncated, at tp=2) is printed by that rank
-# at once, naming it.
+# at once, naming it; and one every rank should reach but rank 1 alone does is printed by it after its wait.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 shardc=$(abspath "$1")
@@ -36,3 +36,15 @@ once corpus "error: --data: cannot open '$t/nope.txt'" 4 "$t/dp4" "${run[@]}" --
 truncate -s 2000 "$t/ck/step_00000002/rank_00001.safetensors"
 once rankfile "error: rank 1: '$t/ck/step_00000002/rank_00001.safetensors' is not a safetensors file" 2 \
   "$t/tp2" "${run[@]}" --steps 3 --resume "$t/ck"
+# an error that every rank is supposed to reach, but rank 1 alone does (SHARDRT_FAULT_KILL malformed in
+# rank 1's environment only, an MPMD launch): rank 0 never prints it, so rank 1 does itself after its wait
+# (SHARDRT_ERROR_WAIT=1 instead of 10 s), naming itself: never lost
+rc=0
+t0=$(date +%s.%N)
+SHARDRT_ERROR_WAIT=1 "${mpi[@]}" -np 1 "$t/tp2" "${run[@]}" : -np 1 -x SHARDRT_FAULT_KILL=bad "$t/tp2" "${run[@]}" \
+  >"$t/alone.out" 2>&1 || rc=$?
+dt=$(echo "$(date +%s.%N) - $t0" | bc)
+[ "$rc" != 0 ] || { cat "$t/alone.out"; fail "alone: exited 0"; }
+[ "$(grep -c "error: " "$t/alone.out")" = 1 ] && grep -qx "error: rank 1: SHARDRT_FAULT_KILL='bad': expected STEP\[:RANK\]" "$t/alone.out" ||
+  { cat "$t/alone.out"; fail "alone: rank 1's error not printed once, naming it"; }
+printf '%-10s exit %d in %.1f s, once: %s\n' alone "$rc" "$dt" "$(grep "error: " "$t/alone.out")"
