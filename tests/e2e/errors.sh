@@ -45,6 +45,9 @@ SHARDRT_ERROR_WAIT=1 "${mpi[@]}" -np 1 "$t/tp2" "${run[@]}" : -np 1 -x SHARDRT_F
   >"$t/alone.out" 2>&1 || rc=$?
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
 [ "$rc" != 0 ] || { cat "$t/alone.out"; fail "alone: exited 0"; }
-[ "$(grep -c "error: " "$t/alone.out")" = 1 ] && grep -qx "error: rank 1: SHARDRT_FAULT_KILL='bad': expected STEP\[:RANK\]" "$t/alone.out" ||
-  { cat "$t/alone.out"; fail "alone: rank 1's error not printed once, naming it"; }
+if [ "$(grep -c "error: " "$t/alone.out")" != 1 ] ||
+  ! grep -qx "error: rank 1: SHARDRT_FAULT_KILL='bad': expected STEP\[:RANK\]" "$t/alone.out"; then
+  cat "$t/alone.out"
+  fail "alone: rank 1's error not printed once, naming it"
+fi
 printf '%-10s exit %d in %.1f s, once: %s\n' alone "$rc" "$dt" "$(grep "error: " "$t/alone.out")"
