@@ -332,7 +332,10 @@ static void wait_for_ranks(const RtShardSave *j) {
 void rt_ckpt_shard_write(const RtShardSave *j) {
   char *meta = rt_ckpt_meta(j->p, &j->st, "sharded");
   rt_ckpt_stall("start", j->st.step, j->rank);
+  int per_rank = rt_error_per_rank;
+  rt_error_per_rank = 1; /* this rank's own file: its errors (a full disk here, say) are its own */
   write_rank_file(j, meta);
+  rt_error_per_rank = per_rank; /* (rank 0's alone below: printed by rank 0 as it is) */
   if (j->rank == 0) {
     wait_for_ranks(j);
     write_index(j, meta);

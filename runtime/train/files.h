@@ -47,10 +47,11 @@ extern const char *rt_error_tool;
 _Noreturn void rt_user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void rt_rank_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define RT_ERROR_WAIT_S 10
-/* Nonzero while the code running reads what only some ranks read, where rt_user_error's shared
- * readers and checks (safetensors.c, json.c) act as rt_rank_error: a rank's own pieces of a
- * sharded checkpoint (ckpt_shard.c rt_ckpt_load_local). */
-extern int rt_error_per_rank;
+/* Nonzero while the code this thread runs reads or writes what only some ranks do, where
+ * rt_user_error's shared readers, writers and checks (safetensors.c, json.c) act as rt_rank_error:
+ * a rank's own pieces of a sharded checkpoint (ckpt_shard.c rt_ckpt_load_local), its own file of
+ * one (rt_ckpt_shard_write, on the writer thread). Per thread: training goes on beside the writer. */
+extern _Thread_local int rt_error_per_rank;
 /* A bug in the runtime or in the program it was handed: prints and aborts. */
 _Noreturn void rt_bug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *rt_xmalloc(size_t bytes);

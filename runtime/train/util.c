@@ -60,7 +60,7 @@ static void error_ranked(int rank, const char *fmt, va_list ap) {
   error_line("rank %d: %s", rank, msg);
 }
 
-int rt_error_per_rank;
+_Thread_local int rt_error_per_rank;
 
 static volatile sig_atomic_t ended;
 static void on_end(int sig) { ended = sig; }
