@@ -40,7 +40,8 @@ static void usage(FILE *f, const char *models) {
           "\n"
           "options:\n"
           "  -o FILE               the trainer to write (build; default: train_MODEL in this folder)\n"
-          "  --target cpu|cuda     what the trainer runs on (default cpu): cuda emits GPU kernels (NVRTC at\n"
+          "  --target cpu|cuda     what the trainer runs on (default cpu, also on a topology of GPUs: the plan's\n"
+          "                        header says which and why): cuda emits GPU kernels (NVRTC at\n"
           "                        start), cuBLASLt GEMMs and bf16 mixed precision when the recipe asks for it\n"
           "  --cpu-kernels c|llvm  the CPU target's elementwise runs (fusion groups), norms and AdamW: kernels\n"
           "                        built by LLVM for this machine's CPU (default where LLVM can) or the\n"
@@ -62,6 +63,7 @@ static void usage(FILE *f, const char *models) {
           "  -I DIR                add an import directory (default: %s)\n"
           "  --ir                  plan: print the program's IR too (each rank class's graph, before the\n"
           "                        parameter table; pipelines unroll it per micro-batch)\n"
+          "  --bytes               plan: the memory table's sizes in bytes (and MiB), for scripts\n"
           "  --dump-ir             print the final IR, parameter counts and FLOPs, then stop\n"
           "  --dump-ir=after:PASS  print the IR after PASS (or 'all'); passes:",
           models);
@@ -223,7 +225,7 @@ static const char *const options[] = {"-o", "--target", "--cpu-kernels", "--no-f
                                       "--confirm", "--budget", "--profile", "--compare", "--mesh-svg", "--memory-svg",
                                       "--compare-svg", "--storage", "--sbatch", "--schedule-svg", "--emit-c", "--cc",
                                       "--cflags", "--topology", "--world", "--max-errors", "-I", "--dump-ir", "--search",
-                                      "--pick", "--cost", "--no-outline", "--time-passes", "--no-verify", "--ir", "--help"};
+                                      "--pick", "--cost", "--no-outline", "--time-passes", "--no-verify", "--ir", "--bytes", "--help"};
 enum { NVALUED = 23 }; /* options' first, which take a value */
 
 /* A value option given again (or two --dump-ir=...): the last wins, as a -D does, and a note says so
@@ -247,9 +249,11 @@ static int compile(int argc, char **argv, Diag *diag) {
   ReplanSvg psvg = {0};
   bool build = false, cost = false, search = false, pick = false;
   bool ir = false, dump_ir = false; /* --ir; --dump-ir (final): the program's IR with the plan */
+  bool raw_bytes = false;           /* --bytes: the memory table's sizes in bytes (memplan_print) */
   SearchOptions so = {.top = 10};
   const char *search_flag = NULL; /* the last of --top, --confirm, --budget, --compile-limit: --search's */
-  Target target = TARGET_CPU;
+  Target target = TARGET_CPU; /* the default on any topology: fit_target_why says why, and the plan's header */
+  bool target_given = false;
   CgOptions cg = {0};
   int cpu_kernels = -1; /* --cpu-kernels: 0 c, 1 llvm, -1 not given */
   unsigned no_fuse = 0; /* --no-fuse: Module.no_fuse (passes/fuse_off.c) */
@@ -291,6 +295,7 @@ static int compile(int argc, char **argv, Diag *diag) {
       out = argv[++i];
     } else if (strcmp(a, "--target") == 0 && i + 1 < argc) {
       const char *t = argv[++i];
+      target_given = true;
       if (strcmp(t, "cpu") == 0) target = TARGET_CPU;
       else if (strcmp(t, "cuda") == 0) target = TARGET_CUDA;
       else error_plain("--target %s: expected cpu or cuda", t);
@@ -384,6 +389,8 @@ static int compile(int argc, char **argv, Diag *diag) {
       dump_ir = true;
     } else if (strcmp(a, "--ir") == 0) {
       ir = true;
+    } else if (strcmp(a, "--bytes") == 0) {
+      raw_bytes = true;
     } else if (strncmp(a, "--dump-ir=", 10) == 0) {
       dump = a + 10;
     } else if (strcmp(a, "--time-passes") == 0) {
@@ -451,6 +458,11 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (ir && (!dump || strcmp(dump, "final") != 0 || search || compare)) {
     error_plain("--ir prints the program's IR in `shardc plan`'s output: use it with `shardc plan FILE`, without "
                 "--search, --pick, --compare or --dump-ir=...");
+    return 1;
+  }
+  if (raw_bytes && (!dump || strcmp(dump, "final") != 0 || search || compare)) {
+    error_plain("--bytes prints the sizes of `shardc plan`'s memory table in bytes: use it with `shardc plan FILE`, "
+                "without --search, --pick, --compare or --dump-ir=...");
     return 1;
   }
   if (dump && strncmp(dump, "after:", 6) == 0) {
@@ -595,9 +607,12 @@ static int compile(int argc, char **argv, Diag *diag) {
   CostPipe cpipe; /* the pipeline's predicted timeline (passes/cost.c), printed and drawn */
   bool piped = m->pipe && ((dump && strcmp(dump, "final") == 0) || svg) && cost_pipe(m, &dev, &cpipe);
   if (dump && strcmp(dump, "final") == 0) {
+    char why[256];
+    m->target_why = fit_target_why(m, target_given, why, sizeof why);
     ir_print_module(stdout, m, ir || dump_ir);
+    m->target_why = NULL;
     pipe_print(stdout, m, piped ? &cpipe : NULL, dev.source);
-    memplan_print(stdout, m);
+    memplan_print(stdout, m, raw_bytes);
   }
   if (cost) { /* the cost model (passes/cost.c): after the plan, before the fit check */
     CostReport cr;
@@ -648,6 +663,10 @@ static int compile(int argc, char **argv, Diag *diag) {
     if (!out) snprintf(def, sizeof def, "train_%s", m->name);
     if (!cg_build(m, out ? out : def, &cg)) return 1;
     print_launch_hint(m, out ? out : def);
+    if (fit_target_gpus_unused(m, target_given))
+      note_at((SrcLoc){0}, "%s is a CPU trainer (the default target), not one for topology `%s`'s GPUs (%s): --target "
+              "cuda builds for them (--target cpu: this note is not printed)",
+              out ? out : def, m->topo.name ? m->topo.name : "?", m->topo.device ? m->topo.device : "?");
   }
   if (sbatch) { /* the Slurm batch script for the trainer -o names (codegen/sbatch.c) */
     char def[512];

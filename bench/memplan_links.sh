@@ -51,13 +51,13 @@ for c in "${configs[@]}"; do
   [[ $name =~ $filter ]] || continue
   read -r -a args <<<"${c#*|}"
   t0=$(date +%s.%N)
-  read -r peak def < <(timeout 600 "$shardc" plan "${args[@]}" 2>/dev/null | mib)
+  read -r peak def < <(timeout 600 "$shardc" plan "${args[@]}" --bytes 2>/dev/null | mib)
   secs=$(echo "$(date +%s.%N) - $t0" | bc)
   links=$(SHARDC_MEMPLAN_LINKS=report timeout 600 "$shardc" plan "${args[@]}" 2>&1 >/dev/null |
     awk '/memplan: .* links in place/ { t += $5; a += $7 } END { printf "%d/%d", t, a }')
   row=()
   for k in all rows selects none; do
-    read -r _ t < <(SHARDC_MEMPLAN_LINKS=$k timeout 600 "$shardc" plan "${args[@]}" 2>/dev/null | mib)
+    read -r _ t < <(SHARDC_MEMPLAN_LINKS=$k timeout 600 "$shardc" plan "${args[@]}" --bytes 2>/dev/null | mib)
     row+=("$t")
   done
   ratio=$(awk -v a="${row[0]}" -v n="${row[3]}" -v p="$peak" 'BEGIN { if (n + 0 && p + 0) printf "%.4f %.4f", a / n, a / p; else printf "- -" }')

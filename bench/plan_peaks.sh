@@ -33,19 +33,23 @@ while IFS= read -r line; do configs+=("$line"); done < <(sed -n 's/^  "\([^"]*|[
 figures() { grep -E '^#   (peak|total) +[0-9]+ B' "$1" | awk '{ printf "%s%s", (NR > 1 ? "," : ""), $3 }'; }
 rc=0
 fr=()
+# the memory table's sizes in bytes: --bytes, where a shardc has it (since 2026-11)
+new_bytes=() base_bytes=()
+"$new" --help 2>&1 | grep -q -- --bytes && new_bytes=(--bytes)
+"$base" --help 2>&1 | grep -q -- --bytes && base_bytes=(--bytes)
 printf '%-34s %-40s %-40s %-6s %-4s %s\n' configuration "base peak,total (per class)" "new peak,total" "frag" "pp" "output"
 for c in "${configs[@]}"; do
   name=${c%%|*}
   [[ $name =~ $filter ]] || continue
   read -r -a args <<<"${c#*|}"
   b=$(mktemp) n=$(mktemp)
-  timeout 300 "$new" plan "${args[@]}" >"$n" 2>/dev/null
+  timeout 300 "$new" plan "${args[@]}" "${new_bytes[@]}" >"$n" 2>/dev/null
   rn=$?
   if [ "$base" -ef "$new" ]; then
     cp "$n" "$b"
     rb=$rn
   else
-    timeout 300 "$base" plan "${args[@]}" >"$b" 2>/dev/null
+    timeout 300 "$base" plan "${args[@]}" "${base_bytes[@]}" >"$b" 2>/dev/null
     rb=$?
   fi
   fb=$(figures "$b") fn=$(figures "$n")

@@ -23,11 +23,13 @@ for c in "pp=2 schedule=1f1b" "pp=4 schedule=1f1b" "pp=2 schedule=zb" "pp=4 sche
   "pp=4 schedule=interleaved" "pp=2 schedule=gpipe" gpt3; do
   row=""
   for s in "$before" "$after"; do
-    if [ "$c" = gpt3 ]; then out=$("$s" plan "${gpt3[@]}" 2>&1 || true)
+    bytes=() # (the memory table's sizes in bytes: --bytes, where the shardc has it, since 2026-11)
+    "$s" --help 2>&1 | grep -q -- --bytes && bytes=(--bytes)
+    if [ "$c" = gpt3 ]; then out=$("$s" plan "${gpt3[@]}" "${bytes[@]}" 2>&1 || true)
     else
       d=()
       for x in $c; do d+=(-D "$x"); done
-      out=$("$s" plan "${tiny[@]}" "${d[@]}" --world "${c:3:1}" 2>&1 || true)
+      out=$("$s" plan "${tiny[@]}" "${d[@]}" --world "${c:3:1}" "${bytes[@]}" 2>&1 || true)
     fi
     row+="$(awk '/^#   peak /{ print $5 }' <<<"$out") [$(grep -o 'by stage: .*' <<<"$out" | sed 's/by stage: //; s/ MiB//g')] | "
   done

@@ -23,7 +23,7 @@ echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg), $steps steps (first
 printf '%-10s %16s %12s %16s %18s\n' mode "plan activations" "plan peak" "trainer planned" "trainer VmHWM"
 for mode in none selective full; do
   "$shardc" build "${m[@]}" -D recompute=$mode -o "$t/$mode" >/dev/null 2>&1
-  "$shardc" plan "${m[@]}" -D recompute=$mode 2>/dev/null >"$t/$mode.plan"
+  "$shardc" plan "${m[@]}" -D recompute=$mode --bytes 2>/dev/null >"$t/$mode.plan"
   act=$(awk '/^#   activations/ { print $5 }' "$t/$mode.plan")
   peak=$(awk '/^#   peak/ { print $5 }' "$t/$mode.plan")
   "$t/$mode" "${run[@]}" --steps 2 >"$t/$mode.out" 2>&1

@@ -16,7 +16,7 @@ run() { # NAME N ARGS...: one line, the hold's N, the step, stage 1's W, the tot
   shift 2
   [ "$n" = all ] && z=hold
   [ "$n" != 0 ] && [ "$n" != all ] && z=hold:$n
-  out=$("$shardc" plan "$@" -D zb_w=$z --cost 2>&1)
+  out=$("$shardc" plan "$@" -D zb_w=$z --cost --bytes 2>&1)
   printf '%s hold %s: step %s, stage 1 W %s, total %s B, peaks %s\n' "$name" "$n" \
     "$(grep -m1 '^#   step' <<<"$out" | awk '{print $3, $4}')" \
     "$(grep -m1 'stage 1: F' <<<"$out" | sed 's/.* W \([0-9.]* [mu]*s\).*/\1/')" \

@@ -37,7 +37,7 @@ echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg), $steps steps (first
 printf '%-6s %10s %10s %10s %10s %10s\n' zero params_MiB grads_MiB optim_MiB act_MiB peak_MiB
 stages=()
 for z in 0 1 2 3; do
-  if ! "$shardc" plan "${m[@]}" -D zero=$z --world 2 >"$t/plan$z" 2>&1; then
+  if ! "$shardc" plan "${m[@]}" -D zero=$z --world 2 --bytes >"$t/plan$z" 2>&1; then
     printf '%-6s refused: %s\n' "$z" "$(grep -m1 error "$t/plan$z" | sed 's/.*error: //')"
     continue
   fi

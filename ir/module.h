@@ -236,6 +236,7 @@ typedef struct {
   Arena *arena;
   const char *name;   /* model name */
   Target target;      /* what the trainer runs on (shardc --target); passes may depend on it (precision) */
+  const char *target_why; /* why that target, for the plan's header (shardc's driver: fit_target_why); NULL: not said */
   unsigned no_fuse;   /* shardc --no-fuse: bit k set, FuseKind k turned off (CUDA target) */
   Graph *graph;       /* the top graph */
   const char **syms;  /* symbolic dim names: "batch", "seq", ... */

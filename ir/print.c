@@ -508,6 +508,7 @@ static int64_t count_nodes(const Graph *g) {
 
 void ir_print_module(FILE *f, const Module *m, bool with_ir) {
   ir_print_module_header(f, m);
+  if (m->target_why) fprintf(f, "# target %s: %s\n", m->target == TARGET_CUDA ? "cuda" : "cpu", m->target_why);
   fprintf(f, "\n");
   ir_print_rank_classes(f, m);
   if (with_ir) print_top(f, m->graph, m);

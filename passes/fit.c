@@ -184,6 +184,24 @@ bool fit_plan_fits(const Module *m, double *total, double *capacity) {
   return !p || dev <= 0 || !m->mesh || (double)p->total <= dev;
 }
 
+bool fit_target_gpus_unused(const Module *m, bool given) {
+  return !given && m->target == TARGET_CPU && m->has_topology && !m->topo.cpu_only;
+}
+
+const char *fit_target_why(const Module *m, bool given, char *buf, size_t n) {
+  const Topology *t = &m->topo;
+  if (given)
+    snprintf(buf, n, "given with --target");
+  else if (fit_target_gpus_unused(m, given))
+    snprintf(buf, n, "the default, not topology `%s`'s GPUs (%s): --target cuda plans and builds for them",
+             t->name ? t->name : "?", t->device ? t->device : "?");
+  else if (m->has_topology)
+    snprintf(buf, n, "the default; topology `%s`'s ranks are CPU processes", t->name ? t->name : "?");
+  else
+    snprintf(buf, n, "the default (no topology)");
+  return buf;
+}
+
 void fit_note_target(const Module *m) {
   const Topology *t = &m->topo;
   if (m->target != TARGET_CUDA || !m->has_topology || !t->cpu_only) return;

@@ -29,6 +29,12 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx);
  * check and the cost model use its CPU's figures (memplan_capacity, cost_device_defaults), what the
  * trainer checks at start instead, and a GPU topology to plan against. Nothing otherwise. */
 void fit_note_target(const Module *m);
+/* Why m->target (given: by --target, else the default, cpu): the plan header's words. The default
+ * stays cpu on a topology of GPUs (the recorded CPU runs of the bundled GPU models, docs/performance.md,
+ * build it so), and says that --target cuda plans for them. Returns buf. */
+const char *fit_target_why(const Module *m, bool given, char *buf, size_t n);
+/* Whether m's topology has GPUs the default target (cpu) leaves unused. */
+bool fit_target_gpus_unused(const Module *m, bool given);
 
 /* Whether a memory auto choice's figure (the planned total per rank with it, Plan.fit.*.total, and the device's
  * memory, .cap; 0: not measured) is over the device: the one rule for wshadow, zero_defer and recompute's

@@ -8,12 +8,37 @@
 const char *const memplan_class_labels[MEM_COUNT] = {"parameters", "optimizer state", "inputs", "gradients",
                                                      "activations", "workspace", "communication"};
 
-static void row(FILE *f, const char *name, int64_t b, const char *what) {
-  fprintf(f, "#   %-16s %16lld B %12.2f MiB%s%s\n", name, (long long)b, (double)b / (1 << 20), what ? "  " : "",
-          what ? what : "");
+void memplan_size(char *out, size_t n, double b) {
+  if (b < 1024)
+    snprintf(out, n, "%.0f B", b);
+  else if (b < 1024.0 * 1024)
+    snprintf(out, n, "%.1f KiB", b / 1024);
+  else if (b < 1024.0 * 1024 * 1024)
+    snprintf(out, n, "%.2f MiB", b / (1024.0 * 1024));
+  else
+    snprintf(out, n, "%.2f GiB", b / (1024.0 * 1024 * 1024));
 }
 
-void memplan_print(FILE *f, const Module *m) {
+static bool raw_bytes; /* memplan_print's bytes, for its rows */
+
+/* The size column: "     6.97 MiB", or with bytes "   7307712 B         6.97 MiB". */
+static void size_col(FILE *f, double b) {
+  char s[32];
+  memplan_size(s, sizeof s, b);
+  if (raw_bytes)
+    fprintf(f, "%16.0f B %12.2f MiB", b, b / (1 << 20));
+  else
+    fprintf(f, "%13s", s);
+}
+
+static void row(FILE *f, const char *name, int64_t b, const char *what) {
+  fprintf(f, "#   %-16s ", name);
+  size_col(f, (double)b);
+  fprintf(f, "%s%s\n", what ? "  " : "", what ? what : "");
+}
+
+void memplan_print(FILE *f, const Module *m, bool bytes) {
+  raw_bytes = bytes;
   const MemPlan *p = m->memplan;
   /* the report's order: what the model holds, then what the step makes */
   static const MemClass order[] = {MEM_PARAM, MEM_GRAD, MEM_OPTIM, MEM_ACT, MEM_INPUT, MEM_WORKSPACE, MEM_COMM};
@@ -39,41 +64,50 @@ void memplan_print(FILE *f, const Module *m) {
   row(f, "total", p->total, "the rank's one allocation (peak + fragmentation)");
   char what[96];
   double cap = memplan_capacity(m, what, sizeof what);
-  if (cap > 0)
-    fprintf(f, "#   %-16s %16.0f B %12.2f MiB  %s: %s (%s of it)\n", "capacity", cap, cap / (1 << 20), what,
-            (double)p->total <= cap ? "fits" : "does not fit", fit_share((char[16]){0}, 16, (double)p->total, cap));
-  if (m->wcopy.why) /* passes/wshadow.c's decision */
-    fprintf(f, "#   %-16s %16lld B %12.2f MiB  %s: %s\n", "bf16 weights", (long long)m->wcopy.bytes,
-            (double)m->wcopy.bytes / (1 << 20),
-            m->wcopy.persistent ? "persistent copies (in params), written by the update: one cast a step"
-            : p->host_params > 0 /* ZeRO-3's split casts made the host's copies (passes/zero_offload.c) */
-                ? "kept split over dp (in params), written by the host's update (offload); whole, they would hold this"
-                : "cast where read (per layer in the loops); kept, they would hold this",
-            m->wcopy.why);
+  if (cap > 0) {
+    fprintf(f, "#   %-16s ", "capacity");
+    size_col(f, cap);
+    fprintf(f, "  %s: %s (%s of it)\n", what, (double)p->total <= cap ? "fits" : "does not fit",
+            fit_share((char[16]){0}, 16, (double)p->total, cap));
+  }
+  char why[1024];
+  if (m->wcopy.why) { /* passes/wshadow.c's decision */
+    snprintf(why, sizeof why, "%s: %s",
+             m->wcopy.persistent ? "persistent copies (in params), written by the update: one cast a step"
+             : p->host_params > 0 /* ZeRO-3's split casts made the host's copies (passes/zero_offload.c) */
+                 ? "kept split over dp (in params), written by the host's update (offload); whole, they would hold this"
+                 : "cast where read (per layer in the loops); kept, they would hold this",
+             m->wcopy.why);
+    row(f, "bf16 weights", m->wcopy.bytes, why);
+  }
   if (m->wcopy.master_saved > 0) /* passes/zero_master.c */
-    fprintf(f, "#   %-16s %16lld B %12.2f MiB  saved: the f32 master weights stored split over the ZeRO group, the bf16 "
-            "copies gathered (in parameters: 4 B x P / group)\n", "f32 masters", (long long)m->wcopy.master_saved,
-            (double)m->wcopy.master_saved / (1 << 20));
-  if (m->zbw.why && m->zbw.held && m->zbw.layers > 0) /* hold(N): passes/recompute_split.c */
-    fprintf(f, "#   %-16s %16lld B %12.2f MiB  a micro-batch's (in activations), held for the last %d layer%s of each "
-            "stage's loop: there W takes the weight-gradient GEMMs' inputs B's recompute made, held from B to W; for "
-            "the stage's other layers W recomputes them from the forward's saved values: %s\n", "zb W inputs",
-            (long long)m->zbw.bytes, (double)m->zbw.bytes / (1 << 20), m->zbw.layers, m->zbw.layers > 1 ? "s" : "", m->zbw.why);
-  else if (m->zbw.why) /* passes/recompute.c's decision under zb (from_b) */
-    fprintf(f, "#   %-16s %16lld B %12.2f MiB  %s: %s\n", "zb W inputs", (long long)m->zbw.bytes,
-            (double)m->zbw.bytes / (1 << 20),
-            m->zbw.held ? "a micro-batch's (in activations): W takes the weight-gradient GEMMs' inputs B's recompute "
-                          "made, held from B to W, and runs no forward again"
-                        : "none held: W recomputes its weight-gradient GEMMs' inputs from the forward's saved values "
-                          "(the forward's GEMMs and attention again)",
-            m->zbw.why);
-  if (m->defer.why) /* passes/zero_defer.c's decision */
-    fprintf(f, "#   %-16s %16lld B %12.2f MiB  %s: %s\n", "deferred waits", (long long)m->defer.bytes,
-            (double)m->defer.bytes / (1 << 20),
-            m->defer.taken ? "the backward loops' reduce-scatters waited in the next iteration, their f32 inputs held "
-                             "through the body"
-                           : "the backward loops' reduce-scatters waited in their own iteration",
-            m->defer.why);
+    row(f, "f32 masters", m->wcopy.master_saved,
+        "saved: the f32 master weights stored split over the ZeRO group, the bf16 copies gathered (in parameters: 4 B x "
+        "P / group)");
+  if (m->zbw.why && m->zbw.held && m->zbw.layers > 0) { /* hold(N): passes/recompute_split.c */
+    snprintf(why, sizeof why,
+             "a micro-batch's (in activations), held for the last %d layer%s of each stage's loop: there W takes the "
+             "weight-gradient GEMMs' inputs B's recompute made, held from B to W; for the stage's other layers W "
+             "recomputes them from the forward's saved values: %s",
+             m->zbw.layers, m->zbw.layers > 1 ? "s" : "", m->zbw.why);
+    row(f, "zb W inputs", m->zbw.bytes, why);
+  } else if (m->zbw.why) { /* passes/recompute.c's decision under zb (from_b) */
+    snprintf(why, sizeof why, "%s: %s",
+             m->zbw.held ? "a micro-batch's (in activations): W takes the weight-gradient GEMMs' inputs B's recompute "
+                           "made, held from B to W, and runs no forward again"
+                         : "none held: W recomputes its weight-gradient GEMMs' inputs from the forward's saved values "
+                           "(the forward's GEMMs and attention again)",
+             m->zbw.why);
+    row(f, "zb W inputs", m->zbw.bytes, why);
+  }
+  if (m->defer.why) { /* passes/zero_defer.c's decision */
+    snprintf(why, sizeof why, "%s: %s",
+             m->defer.taken ? "the backward loops' reduce-scatters waited in the next iteration, their f32 inputs held "
+                              "through the body"
+                            : "the backward loops' reduce-scatters waited in their own iteration",
+             m->defer.why);
+    row(f, "deferred waits", m->defer.bytes, why);
+  }
   if (p->host_total > 0) { /* plan offload */
     fprintf(f, "# host memory per rank (offload: the optimizer step on the CPU, pinned)\n");
     if (p->host_params > 0) row(f, "parameters", p->host_params, "the f32 master weights of this rank's shard (the device: their bf16 copies)");

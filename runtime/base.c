@@ -17,6 +17,24 @@ double rt_now(void) {
 }
 
 int rt_log_rank = -1;
+
+static int env_rank_int(const char *name) {
+  const char *s = getenv(name);
+  if (!s || !*s) return -1;
+  char *end;
+  long v = strtol(s, &end, 10);
+  return *end || v < 0 || v > 1 << 30 ? -1 : (int)v;
+}
+
+int rt_launch_rank(int *world) {
+  int w = env_rank_int("OMPI_COMM_WORLD_SIZE"), r = -1;
+  if (w >= 1)
+    r = env_rank_int("OMPI_COMM_WORLD_RANK");
+  else if ((w = env_rank_int("SLURM_NTASKS")) >= 1)
+    r = env_rank_int("SLURM_PROCID");
+  if (world) *world = w >= 1 ? w : 1;
+  return r;
+}
 void (*rt_fatal_hook)(void);
 
 _Noreturn void rt_fatal(int code, const char *fmt, ...) {

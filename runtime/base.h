@@ -13,6 +13,13 @@ double rt_now(void); /* seconds, monotonic (CLOCK_MONOTONIC): one clock for the 
 /* The rank that runtime error messages name (-1 before rt_boot_init, which sets it). */
 extern int rt_log_rank;
 
+/* This process's rank as its launcher's environment gives it, before and without any bootstrap:
+ * OMPI_COMM_WORLD_RANK under mpirun (OMPI_COMM_WORLD_SIZE set), SLURM_PROCID under srun
+ * (SLURM_NTASKS set) — the variables rt_boot_init reads (runtime/comm/bootstrap.c) — or -1 when
+ * not launched (or malformed: rt_boot_init then says so). world (may be NULL): the job's ranks
+ * (OMPI_COMM_WORLD_SIZE, SLURM_NTASKS), 1 when not launched. */
+int rt_launch_rank(int *world);
+
 /* Prints "shardrt: rank R: <message>" ("shardrt: <message>" before a rank is known) on stderr and ends the process with status code
  * (without MPI_Finalize: the launcher then ends the other ranks). */
 _Noreturn void rt_fatal(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -47,6 +47,13 @@
 
 #define RT_EXIT_COMM 3 /* exit status of a rank ended by a communication fault */
 
+/* Asked by the watchdog, every tick, about each request this rank waits in (under the comm's lock:
+ * it must neither communicate nor block): true ends the process now (status RT_EXIT_COMM) with
+ * the message why, the request and what it waits for. t_start: when the request began. The
+ * trainer's graceful stop sets it (runtime/train/stop.c: a stop signal, then a collective that does
+ * not end); NULL: never. */
+extern bool (*rt_comm_end_wait)(double t_start, double now, char *why, size_t n);
+
 #include "../dtype.h" /* RtDType: collectives take RT_F32 and RT_BF16 */
 typedef enum { RT_SUM, RT_AVG, RT_MAX, RT_REDOP_COUNT } RtRedOp;
 typedef enum {

@@ -24,6 +24,8 @@
 
 #define RT_PEER_GRACE_S 1.0
 
+bool (*rt_comm_end_wait)(double t_start, double now, char *why, size_t n);
+
 /* The peers q waits for (at most 8), and whether each has not joined q yet: the algorithm's
  * answer, through the callback comm.c gave rt_watchdog_start. */
 static int waiting(const RtReq *q, int peers[8], bool first[8]) { return q->c->watch_waiting(q, peers, first, 8); }
@@ -90,7 +92,13 @@ static void *watchdog_main(void *arg) {
     double now = rt_now();
     pthread_mutex_lock(&c->lock);
     for (RtReq *q = c->active; q; q = q->next) {
-      char what[256], wait[600];
+      char what[256], wait[600], why[320];
+      bool (*end_wait)(double, double, char *, size_t) = rt_comm_end_wait;
+      if (end_wait && end_wait(q->t_start, now, why, sizeof why)) {
+        rt_describe_req(q, what, sizeof what);
+        describe_wait(q, wait, sizeof wait);
+        rt_fatal(RT_EXIT_COMM, "%s in %s%s", why, what, wait);
+      }
       double since = device_since(q, now);
       if (since >= 0 && now - since > c->timeout_s) {
         rt_describe_req(q, what, sizeof what);

@@ -39,6 +39,7 @@ static void *write_snapshot(void *arg) {
   else
     rt_ckpt_save(w->p, w->mem, w->dir, &w->st, w->keep);
   w->seconds = rt_now() - t0;
+  rt_stop_save_end(); /* (begun in start) */
   return NULL;
 }
 
@@ -87,6 +88,7 @@ static void start(RtRun *r, const RtProgram *p, char *snapshot, RtShardSave *sha
   w->st = r->st;
   w->keep = (int)r->o.keep;
   w->shard = shard;
+  rt_stop_save_begin(); /* until write_snapshot's end: a stop signal waits for the commit (stop.c) */
   if (!rt_ckpt_sync() && pthread_create(&w->thread, NULL, write_snapshot, w) == 0) {
     w->running = 1;
     return;

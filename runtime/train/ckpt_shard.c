@@ -332,7 +332,10 @@ static void wait_for_ranks(const RtShardSave *j) {
 void rt_ckpt_shard_write(const RtShardSave *j) {
   char *meta = rt_ckpt_meta(j->p, &j->st, "sharded");
   rt_ckpt_stall("start", j->st.step, j->rank);
+  int per_rank = rt_error_per_rank;
+  rt_error_per_rank = 1; /* this rank's own file: its errors (a full disk here, say) are its own */
   write_rank_file(j, meta);
+  rt_error_per_rank = per_rank; /* (rank 0's alone below: printed by rank 0 as it is) */
   if (j->rank == 0) {
     wait_for_ranks(j);
     write_index(j, meta);
@@ -546,11 +549,11 @@ static void load_tensor(Source *src, const RtProgram *p, char *mem, const RtTens
     }
   }
   if (c.copied != need)
-    rt_user_error("'%s': the checkpoint's pieces of tensor '%s' cover %lld of the %lld elements this rank needs", what,
+    rt_rank_error("'%s': the checkpoint's pieces of tensor '%s' cover %lld of the %lld elements this rank needs", what,
                   t->name, (long long)c.copied, (long long)need);
   int64_t bad = rt_first_nonfinite(c.dst, t->dtype, rt_tensor_numel(t));
   if (bad >= 0)
-    rt_user_error("'%s': tensor '%s' holds %s (element %lld of this rank's block): a checkpoint with non-finite values "
+    rt_rank_error("'%s': tensor '%s' holds %s (element %lld of this rank's block): a checkpoint with non-finite values "
                   "is refused (the run that wrote it diverged; resume from an earlier checkpoint)",
                   what, t->name, rt_nonfinite_name(c.dst, t->dtype, bad), (long long)bad);
   for (int64_t l = 0; names[l]; l++)
@@ -663,11 +666,16 @@ void rt_ckpt_load_local(const RtProgram *p, char *mem, const int coord[RT_AX_COU
       read_state(rt_json_get(m->hdr, "__metadata__"), m->path, st);
     }
   }
+  /* a sharded checkpoint: each rank reads the pieces and files its block needs, and an error in one
+   * is its own (a logical one's file and tensors: every rank's, but for a value in its block) */
+  int per_rank = rt_error_per_rank;
+  if (src.index) rt_error_per_rank = 1;
   for (int i = 0; i < p->ntensors; i++) {
     const RtTensor *t = &p->tensors[i];
     if (!rt_tensor_held(p, t, coord[RT_AX_PP])) continue; /* another stage's: its bytes are other values' here */
     if (t->kind == RT_T_PARAM || (full && t->kind == RT_T_STATE)) load_tensor(&src, p, mem, t, coord, what);
   }
+  rt_error_per_rank = per_rank;
   source_close(&src);
 }
 

@@ -2,7 +2,7 @@
  * libshardrt_files holds (runtime/CMakeLists.txt), which `shardc ckpt` links (and libshardrt
  * with the rest of the trainer, train.h). Nothing declared here sends or waits for a message.
  *
- *   util.c         user errors (message, exit 1), checked allocation, clocks, resident memory
+ *   util.c         user errors (message once, exit 1), checked allocation, clocks, resident memory
  *   json.c         a small JSON reader (safetensors headers, index files)
  *   safetensors.c  writing and (defensively) reading safetensors files; NaN / Inf checks
  *   ckpt.c         safetensors checkpoints: atomic directories, per-layer names, resume
@@ -25,13 +25,33 @@
 
 /* ---- util.c ---- */
 
-/* A user mistake (bad flag, missing or malformed file): prints "error: ..." on stderr and
- * ends the process with status 1. Never returns. */
-/* Prints "error: <message>" on stderr (stdout flushed first); rt_user_error then exits 1. */
+/* Prints "error: <message>" on stderr (stdout flushed first) in one write. */
 void rt_error_v(const char *fmt, va_list ap);
 /* What precedes "error: " (NULL: nothing): "shardc ckpt: " for the checkpoint tool. */
 extern const char *rt_error_tool;
+/* User mistakes (a bad flag, a missing or malformed file) end the process with status 1 and never
+ * return. Which of the two a call site uses is decided by who reaches it:
+ *
+ * rt_user_error: EVERY rank reaches it with the same text (a flag, the recipe, the corpus, a
+ * logical checkpoint every rank reads; and every error of a single process or of `shardc ckpt`).
+ * Rank 0 (or a process without a launcher) prints "error: <message>" and exits 1. Another rank
+ * prints nothing and waits, at most RT_ERROR_WAIT_S (SHARDRT_ERROR_WAIT seconds), for the launcher to end it once rank 0 has
+ * exited (mpirun ends the rest of a job when one rank exits non-zero; a SIGTERM, SIGINT or SIGUSR1
+ * in the wait ends it with status 1 at once): the message appears once, not once per rank. Should
+ * the wait run out (rank 0 did not reach it after all, or a launcher that lets the others run on)
+ * it prints "error: rank R: <message>" itself and exits 1: never lost, never a hang.
+ *
+ * rt_rank_error: only SOME ranks may reach it (a rank's own checkpoint block or file, its own
+ * device, its host): printed at once by the rank that hit it, as "error: rank R: <message>" in a
+ * launched job of several ranks ("error: <message>" otherwise), exit 1. */
 _Noreturn void rt_user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+_Noreturn void rt_rank_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define RT_ERROR_WAIT_S 10
+/* Nonzero while the code this thread runs reads or writes what only some ranks do, where
+ * rt_user_error's shared readers, writers and checks (safetensors.c, json.c) act as rt_rank_error:
+ * a rank's own pieces of a sharded checkpoint (ckpt_shard.c rt_ckpt_load_local), its own file of
+ * one (rt_ckpt_shard_write, on the writer thread). Per thread: training goes on beside the writer. */
+extern _Thread_local int rt_error_per_rank;
 /* A bug in the runtime or in the program it was handed: prints and aborts. */
 _Noreturn void rt_bug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *rt_xmalloc(size_t bytes);

@@ -31,6 +31,33 @@ static const RtTensor *need_tensor(const RtProgram *p, const char *name, int dty
 }
 
 
+/* --resume DIR without --save-to: the run goes on saving where it resumed from — the checkpoint root
+ * DIR is (it holds step_* directories), or the one a DIR/step_N lies in — rather than into the
+ * recipe's directory; said once. A checkpoint directory of another name (a conversion's output)
+ * is no root: the recipe's directory stays. */
+static void resume_save_to(RtRun *r) {
+  RtOpts *o = &r->o;
+  const char *dir = o->resume, *base = strrchr(dir, '/');
+  base = base ? base + 1 : dir;
+  char *root = NULL;
+  if (!rt_ckpt_is_complete(dir)) {
+    root = rt_xstrdup(dir);
+  } else if (!strncmp(base, "step_", 5) && base[5] && strspn(base + 5, "0123456789") == strlen(base + 5)) {
+    root = base == dir ? rt_xstrdup(".") : rt_xprintf("%.*s", (int)(base - 1 - dir > 0 ? base - 1 - dir : 1), dir);
+  }
+  if (!root) return;
+  if (strlen(root) < sizeof o->save_buf) {
+    char *was = o->save_to ? rt_xprintf("not the recipe's %s", o->save_to) : rt_xstrdup("the recipe names none");
+    snprintf(o->save_buf, sizeof o->save_buf, "%s", root);
+    o->save_to = o->save_buf;
+    if (r->ctx.rank == 0)
+      printf("checkpoints: into %s, where --resume's checkpoint is (%s; --save-to DIR sends them elsewhere)\n",
+             o->save_to, was);
+    free(was);
+  }
+  free(root);
+}
+
 /* Ranks (under mpirun / srun, or for a multi-rank program), threads, the program's inputs and
  * results, the logical batch and a fresh trainer state. */
 static void run_init(RtRun *r, int *argc, char ***argv) {
@@ -91,6 +118,7 @@ static void run_init(RtRun *r, int *argc, char ***argv) {
   if (o->init_from && o->resume && !r->auto_resume)
     rt_user_error("--init-from and --resume exclude each other");
   if (r->auto_resume) r->o.init_from = NULL; /* a restart continues from its checkpoint */
+  if (o->resume && !r->auto_resume && !o->save_set) resume_save_to(r);
 
   r->loss = rt_find_tensor(p, "loss");
   if (!r->loss) rt_bug("the program has no \"loss\" tensor");
@@ -163,10 +191,10 @@ static int mem_init(RtRun *r) {
       int64_t avail = host_available();
       int n = local_procs();
       if (avail >= 0 && (double)hb * n > (double)avail)
-        rt_user_error("rank %d: the offloaded optimizer step does not fit this host: %.1f MiB of host memory per "
+        rt_rank_error("the offloaded optimizer step does not fit this host: %.1f MiB of host memory per "
                       "rank x %d rank%s here = %.1f MiB, but %.1f MiB is available (MemAvailable); `shardc plan` "
                       "shows the host memory the plan needs",
-                      r->ctx.rank, (double)hb / (1 << 20), n, n == 1 ? "" : "s", (double)hb * n / (1 << 20),
+                      (double)hb / (1 << 20), n, n == 1 ? "" : "s", (double)hb * n / (1 << 20),
                       (double)avail / (1 << 20));
       r->ctx.host_mem = aligned_alloc(64, hb);
       if (!r->ctx.host_mem)
@@ -420,6 +448,7 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     }
   }
   loop->t_total = rt_now() - t_start;
+  rt_stop_disarm(); /* the ranks have agreed to stop, or trained every step: a signal no longer ends a collective */
 }
 
 int rt_train_main(int argc, char **argv, const RtProgram *p) {

@@ -148,6 +148,11 @@ void rt_fault_after_log(RtRun *r, int64_t s, int64_t first);
 #define RT_EXIT_STOPPED 75 /* stopped on a signal after saving a checkpoint: resume it (EX_TEMPFAIL) */
 void rt_stop_install(void);   /* for the steps (rt_train_main) */
 void rt_stop_uninstall(void); /* the previous handlers back */
+void rt_stop_disarm(void);    /* the step loop has ended: a collective is no longer ended on a signal */
+/* A checkpoint save in flight on this rank (rt_run_save; the writer thread): a signal does not end
+ * a collective then, nor within the wait after its end. One end for each begin. */
+void rt_stop_save_begin(void);
+void rt_stop_save_end(void);
 int rt_stop_signal(void); /* the first signal received, 0 when none */
 const char *rt_stop_signal_name(int sig);
 /* Every tensor of the kinds (bits 1 << RT_T_*). */

@@ -113,7 +113,7 @@ void rt_run_check_device_flags(RtRun *r, const char *what) {
   int32_t flags = 0;
   r->dev->download(&r->ctx, &flags, r->mem + r->p->mem_bytes, 4);
   if (!flags) return;
-  rt_user_error("rank %d, %s at step %lld: the GPU kernels found %s%s%s (flags 0x%x)", r->ctx.rank, what,
+  rt_rank_error("%s at step %lld: the GPU kernels found %s%s%s (flags 0x%x)", what,
                 (long long)r->ctx.step, flags & 1 ? "a token id outside the embedding table" : "",
                 (flags & 3) == 3 ? " and " : "", flags & 2 ? "a target outside the vocabulary" : "", (unsigned)flags);
 }
@@ -343,8 +343,15 @@ void rt_run_diverged(RtRun *r, int64_t s, const char *what) {
   exit(1);
 }
 
+static void save(RtRun *r);
 void rt_run_save(RtRun *r) {
   if (!r->o.save_to) return;
+  rt_stop_save_begin(); /* (a stop signal waits for it: stop.c) */
+  save(r);
+  rt_stop_save_end();
+}
+
+static void save(RtRun *r) {
   double tw = rt_now();
   rt_run_save_wait(r); /* the previous checkpoint is complete first */
   double t0 = rt_now();

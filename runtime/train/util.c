@@ -1,9 +1,11 @@
 /* runtime/train/util.c — errors, checked allocation, resident memory, dtypes (the clock: ../base.c). */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "files.h"
@@ -37,10 +39,73 @@ void rt_error_v(const char *fmt, va_list ap) {
   if (line != buf) free(line);
 }
 
-void rt_user_error(const char *fmt, ...) {
+/* This process's rank (as the launcher's environment gives it, before the bootstrap too; the
+ * bootstrap checked it against MPI's), -1: not launched; *world: the job's ranks. */
+static int error_rank(int *world) {
+  int r = rt_launch_rank(world);
+  return rt_log_rank >= 0 ? rt_log_rank : r;
+}
+
+static void error_line(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   rt_error_v(fmt, ap);
+  va_end(ap);
+}
+
+/* "error: rank R: <message>" */
+static void error_ranked(int rank, const char *fmt, va_list ap) {
+  char msg[4096];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  error_line("rank %d: %s", rank, msg);
+}
+
+_Thread_local int rt_error_per_rank;
+
+static volatile sig_atomic_t ended;
+static void on_end(int sig) { ended = sig; }
+
+void rt_user_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int world, rank = error_rank(&world);
+  if (rt_error_per_rank && rank >= 0 && world > 1) {
+    error_ranked(rank, fmt, ap);
+    va_end(ap);
+    exit(1);
+  }
+  if (rank <= 0) {
+    rt_error_v(fmt, ap);
+    va_end(ap);
+    exit(1);
+  }
+  /* rank 0 prints the same line: wait for the launcher's end of the job (see files.h) */
+  fflush(stdout);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_end; /* (no SA_RESTART: the sleep ends on it) */
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+  double until = rt_now() + rt_env_num("SHARDRT_ERROR_WAIT", RT_ERROR_WAIT_S, 0, 600);
+  while (!ended && rt_now() < until) {
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (!ended) error_ranked(rank, fmt, ap);
+  va_end(ap);
+  exit(1); /* (atexit: the comm's shared-memory regions go) */
+}
+
+void rt_rank_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int world, rank = error_rank(&world);
+  if (rank >= 0 && world > 1)
+    error_ranked(rank, fmt, ap);
+  else
+    rt_error_v(fmt, ap);
   va_end(ap);
   exit(1);
 }

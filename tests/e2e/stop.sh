@@ -7,6 +7,8 @@
 #   - SIGTERM and SIGUSR1 to both ranks while that checkpoint is being written (its writer held by
 #     SHARDRT_CKPT_STALL, then let go): the save completes, status 75, the resume bit-identical;
 #   - one rank, the signal before step 8 (a --ckpt-every step: saved once): the same;
+#   - a rank stuck in a collective (its peer held by SHARDRT_FAULT_WAIT): a second SIGTERM ends it
+#     within 1 s, one with SHARDRT_STOP_WAIT=1 too, naming rank, signal and collective (status 3);
 #   - scripts/launch.sh forwards its own SIGTERM to the ranks (SHARDRT_FAULT_WAIT holds every rank
 #     before step 5 until the signal is there, so the test does not race a fast run), returns 75
 #     without restarting, and the next launch resumes from step 5 to the undisturbed losses.
@@ -77,6 +79,34 @@ grep -q "^stopped on SIGTERM after step 8" "$t/C.out" || { cat "$t/C.out"; fail 
 "$t/one" "${run[@]}" "${ck[@]}" --save-to "$t/C" --resume auto --log "$t/C.jsonl" >"$t/C2.out" 2>&1 || { cat "$t/C2.out"; fail "C: the resume failed"; }
 resumed C a1
 echo "one rank, SIGTERM before step 8 (a --ckpt-every step): stopped after it (status 75); resume bit-identical"
+# a rank stuck in a collective (rank 0 held before step 5 by SHARDRT_FAULT_WAIT, rank 1 in step 5's
+# first all-reduce waiting for it): SIGTERM to rank 1 alone would wait for the step's end; a second
+# one ends it within RT_STOP_SECOND_S (1 s), and with one signal SHARDRT_STOP_WAIT=1 does: status 3,
+# the message names rank 1, the signal and the collective; the checkpoints before stay whole
+# stuck NAME KILLS... (env: SHARDRT_STOP_WAIT)
+stuck() {
+  local name=$1 pids p r1="" rc=0 t0 dt
+  shift
+  SHARDRT_FAULT_WAIT=5:0 "${mpi[@]}" -np 2 "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/$name" >"$t/$name.out" 2>&1 &
+  local mp=$!
+  held_ranks "$t/$name.out" 5 1
+  sleep 0.5 # (rank 1 into step 5's all-reduce)
+  pids=$(pgrep -f "^$t/dp2 " || true)
+  for p in $pids; do tr '\0' '\n' <"/proc/$p/environ" | grep -qx OMPI_COMM_WORLD_RANK=1 && r1=$p; done
+  [ -n "$r1" ] || { kill $mp; fail "$name: rank 1 not found ($pids)"; }
+  t0=$(date +%s.%N)
+  for sig in "$@"; do kill "-$sig" "$r1"; sleep 0.1; done
+  wait $mp || rc=$?
+  dt=$(echo "$(date +%s.%N) - $t0" | bc)
+  if [ "$rc" = 0 ] || [ "$rc" = 75 ]; then cat "$t/$name.out"; fail "$name: exited $rc"; fi
+  grep -q "^shardrt: rank 1: stopped on SIGTERM without a checkpoint of this step (the newest complete one stays: resume from it): [0-9.]* s after $want this rank was still in all_reduce #[0-9]* on group dp \[0,1\] .*: rank 0 has not joined it" "$t/$name.out" ||
+    { cat "$t/$name.out"; fail "$name: no message naming rank 1, the signal and the collective"; }
+  [ "$(echo "$dt < 10" | bc)" = 1 ] || { cat "$t/$name.out"; fail "$name: the job took $dt s to end"; }
+  [ -s "$t/$name/step_00000004/index.json" ] || { ls -R "$t/$name"; fail "$name: step 4's checkpoint is not whole"; }
+  printf '%s: ended in %.1f s (mpirun %d): %s\n' "$name" "$dt" "$rc" "$(grep -o 'rank 1: stopped on SIGTERM .* rank was still in all_reduce #[0-9]*' "$t/$name.out" | sed 's/ (the newest .*: / ... /')"
+}
+want="a second signal" stuck S TERM TERM
+want="it (SHARDRT_STOP_WAIT 1 s)" SHARDRT_STOP_WAIT=1 stuck W TERM
 # the launcher: its SIGTERM forwarded to the ranks
 SHARDRT_FAULT_WAIT=5 bash scripts/launch.sh --np 2 --launcher "${mpi[*]}" --delay 1 -- \
   "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/L" --log "$t/L.jsonl" >"$t/L.out" 2>&1 &

@@ -190,7 +190,7 @@ static bool reports_and_code(const Module *m, char *line, size_t cap) {
   bool piped = m->pipe && cost_pipe(m, &dev, &cp);
   pipe_print(null, m, piped ? &cp : NULL, dev.source);
   if (piped) cost_pipe_free(&cp);
-  memplan_print(null, m);
+  memplan_print(null, m, false);
   CostReport cr;
   cost_estimate(m, &dev, &cr);
   cost_print(null, m, &dev, &cr);

@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
   } else { /* as --dump-ir=after:PASS prints it */
     ir_print_graph(stdout, m->graph);
   }
-  if (m->memplan) memplan_print(stdout, m);
+  if (m->memplan) memplan_print(stdout, m, true);
   arena_free(&arena);
   free(text);
   return 0;

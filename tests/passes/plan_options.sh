@@ -12,14 +12,17 @@ set +e # every case runs: $status collects the failures
 shardc=$(abspath "$1")
 status=0
 m=tests/passes/plan/offload.model
+# (the memory table's needles below are its exact sizes: `shardc plan` runs with --bytes)
 expect() { # expect WANT_EXIT "needle" ... -- shardc args: expect_shardc's checks, and no warning names recompute
-  expect_shardc "$@"
+  local a=("$@") i
+  for ((i = 0; i + 1 < ${#a[@]}; i++)); do [ "${a[i]}" = -- ] && [ "${a[i + 1]}" = plan ] && a+=(--bytes) && break; done
+  expect_shardc "${a[@]}"
   if grep -qi "warning.*recompute" <<<"$out"; then echo "FAIL: shardc $*: a warning names recompute:"; echo "$out"; status=1; fi
 }
 expect 0 "$m:25:10: note: offload: on the CPU target the optimizer state already lives in host memory" -- plan $m --world 1
 expect 0 -- plan $m --world 1 --target cuda
 bytes() { grep -m1 -A100 "$3" <<<"$1" | grep -m1 "^#   $2 " | awk '{ for (i = 1; i <= NF; i++) if ($i == "B") { print $(i - 1); exit } }'; }
-on=$("$shardc" plan $m --world 1 --target cuda 2>/dev/null); off=$("$shardc" plan $m --world 1 --target cuda -D offload=off 2>/dev/null)
+on=$("$shardc" plan $m --world 1 --target cuda --bytes 2>/dev/null); off=$("$shardc" plan $m --world 1 --target cuda -D offload=off --bytes 2>/dev/null)
 dev_on=$(bytes "$on" total "^# memory per rank"); dev_off=$(bytes "$off" total "^# memory per rank")
 opt_off=$(bytes "$off" "optimizer state" "^# memory per rank"); opt_on=$(bytes "$on" "optimizer state" "^# memory per rank")
 host_opt=$(bytes "$on" "optimizer state" "^# host memory per rank")
@@ -63,8 +66,8 @@ expect_stdout=1 expect 1 "weight_copy persistent (the plan)" "the plan does not 
 # ZeRO 1 with the persistent copies (passes/zero_master.c): GPT-2 124M at dp 8 stores its f32 masters split
 # (parameters: 4 B x P / 8 + the 2 B x P copies, against 4 B x P whole with per-layer casts; the saving
 # printed, 4 B x P x 7/8) and its optimizer all-gather moves the bf16 copies, half the f32 gather's bytes
-gs=$("$shardc" plan models/gpt2-124m.model --target cuda -D zero=1 2>/dev/null)
-gw=$("$shardc" plan models/gpt2-124m.model --target cuda -D zero=1 -D weight_copy=per_layer 2>/dev/null)
+gs=$("$shardc" plan models/gpt2-124m.model --target cuda -D zero=1 --bytes 2>/dev/null)
+gw=$("$shardc" plan models/gpt2-124m.model --target cuda -D zero=1 -D weight_copy=per_layer --bytes 2>/dev/null)
 ps=$(bytes "$gs" parameters "^# memory per rank") pw=$(bytes "$gw" parameters "^# memory per rank")
 sv=$(grep -m1 "^#   f32 masters " <<<"$gs" | awk '{ print $4 }')
 ags=$(grep -m1 "optimizer  all_gather" <<<"$gs" | awk '{ print $5 }') agw=$(grep -m1 "optimizer  all_gather" <<<"$gw" | awk '{ print $5 }')
@@ -231,5 +234,20 @@ for args in "plan models/tiny.model --world 2 -D zero=2" "plan models/gpt2-124m.
     status=1
   fi
 done
-[ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy, defer_waits and zb_w decided (together) and refused"
+# the target: the CPU by default, also on a topology of GPUs, said in the plan's header (and by a note after a build)
+expect_stdout=1 expect_shardc 0 "# target cpu: the default, not topology \`p4d_x1\`'s GPUs (a100_40g): --target cuda plans and builds for them" \
+  -- plan models/gpt2-124m.model -D layers=1
+expect_stdout=1 expect_shardc 0 "# target cpu: the default; topology \`cpu\`'s ranks are CPU processes" -- plan models/tiny.model
+expect_stdout=1 expect_shardc 0 "# target cuda: given with --target" -- plan models/gpt2-124m.model -D layers=1 --target cuda
+expect_shardc 0 "note: $tmp/g1 is a CPU trainer (the default target), not one for topology \`p4d_x1\`'s GPUs (a100_40g): --target cuda builds for them" \
+  -- build models/gpt2-124m.model -D layers=1 -o "$tmp/g1"
+expect_shardc 0 -- build models/tiny.model --world 1 -o "$tmp/t1"
+! grep -q "CPU trainer" <<<"$out" || { echo "FAIL: a CPU topology's build noted the target: $out"; status=1; }
+# the memory table for people: KiB / MiB / GiB, no byte counts; --bytes gives them (scripts), and only to `shardc plan`
+expect_stdout=1 expect_shardc 0 "#   parameters           471.0 KiB" "#   activations           5.14 MiB" \
+  "#   capacity              8.00 GiB  cpu memory: fits" -- plan models/tiny.model
+! grep -A12 "^# memory per rank" <<<"$out" | grep -qE "[0-9]{4,} B" || { echo "FAIL: byte counts in the memory table:"; echo "$out"; status=1; }
+expect_stdout=1 expect_shardc 0 "#   parameters                 482304 B         0.46 MiB" -- plan models/tiny.model --bytes
+expect_shardc 1 "error: --bytes prints the sizes of \`shardc plan\`'s memory table in bytes" -- build models/tiny.model --bytes -o "$tmp/t"
+[ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy, defer_waits and zb_w decided (together) and refused; the memory table in KiB / MiB / GiB, bytes with --bytes"
 exit $status

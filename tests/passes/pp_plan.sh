@@ -86,7 +86,7 @@ for model in tiny llama; do
 done
 # memory: a rank holds its stage's layers and activations (the memory plan lets stages' values share
 # bytes), so the peak falls with pp; 1F1B keeps fewer micro-batches in flight than GPipe
-peak() { "$shardc" plan "${tiny[@]}" "$@" 2>/dev/null | awk '/^#   peak/ { print $3 }'; }
+peak() { "$shardc" plan "${tiny[@]}" "$@" --bytes 2>/dev/null | awk '/^#   peak/ { print $3 }'; }
 p1=$(peak -D pp=1 --world 1); p2=$(peak -D pp=2 --world 2); p4=$(peak -D pp=4 --world 4)
 g2=$(peak -D pp=2 -D schedule=gpipe --world 2)
 echo "peak bytes per rank: pp 1 $p1, pp 2 $p2 (gpipe $g2), pp 4 $p4"
@@ -258,7 +258,7 @@ override "layers(balance)"
 expect_shardc 1 "t.model:24:15: error: \`layers(..)\` takes a layer count per stage or \`balanced\`, not \`balance\`" \
   "did you mean \`balanced\`?" -- plan "${o[@]}" --world 2
 # ZeRO-3 under pp: each stage's parameters stored split over dp (half of zero 2's at dp 2)
-par() { "$shardc" plan "${tiny[@]/dp=1/dp=2}" -D pp=2 "$@" --world 4 2>/dev/null | awk '/^#   parameters/ { print $3 }'; }
+par() { "$shardc" plan "${tiny[@]/dp=1/dp=2}" -D pp=2 "$@" --world 4 --bytes 2>/dev/null | awk '/^#   parameters/ { print $3 }'; }
 p2=$(par -D zero=2); p3=$(par -D zero=3)
 echo "pp 2 x dp 2: parameters $p2 B under zero 2, $p3 B under zero 3"
 [ -n "$p3" ] && [ "$p3" -lt $((p2 * 6 / 10)) ] || { echo "FAIL: zero 3 does not store the parameters split under pp ($p3 vs $p2)"; status=1; }
@@ -280,7 +280,7 @@ awk -v p="$peaks" 'BEGIN { n = split(p, f, ", "); if (n != 8) exit 1; for (i = 1
   for (i = 2; i <= n; i++) if (v[i] > v[i - 1]) exit 1; exit 0 }' ||
   { echo "FAIL: GPT-3 pp 8: a later stage's planned peak above an earlier one's (the merges wait for the whole micro-batch?): $peaks"; status=1; }
 # recompute and ZeRO apply under pp: fewer activations, a dp shard of the optimizer state
-act() { "$shardc" plan "${tiny[@]}" "$@" 2>/dev/null |
+act() { "$shardc" plan "${tiny[@]}" "$@" --bytes 2>/dev/null |
   awk '/^#   optimizer state/ { o = $4 } /^#   activations/ { a = $3 } END { print o, a }'; }
 read -r o0 a0 <<<"$(act -D pp=2 --world 2)"; read -r o1 a1 <<<"$(act -D pp=2 -D recompute=full --world 2)"
 read -r oz az <<<"$(act -D pp=2 -D dp=2 -D zero=1 --world 4)"; read -r od ad <<<"$(act -D pp=2 -D dp=2 --world 4)"

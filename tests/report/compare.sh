@@ -149,7 +149,7 @@ echo "$err" | grep -q "without -o, --emit-c or --sbatch" || bad "--compare --sba
 chk=tests/report/svg_check.py
 "$shardc" plan "${gpt[@]}" -D tp=8 -D dp=4 --mesh-svg "$tmp/mesh.svg" >/dev/null 2>&1 || bad "--mesh-svg failed"
 python3 $chk mesh "$tmp/mesh.svg" || bad "the mesh SVG"
-"$shardc" plan models/tiny.model --memory-svg "$tmp/mem.svg" >"$tmp/plan.txt" 2>&1 || bad "--memory-svg failed"
+"$shardc" plan models/tiny.model --memory-svg "$tmp/mem.svg" --bytes >"$tmp/plan.txt" 2>&1 || bad "--memory-svg failed"
 python3 $chk memory "$tmp/mem.svg" "$tmp/plan.txt" || bad "the memory SVG"
 "$shardc" plan models/tiny.model --compare "zero=0,1,2,3" --memory-svg "$tmp/cmem.svg" --compare-svg "$tmp/cmp.svg" \
   >"$tmp/cmp.txt" 2>&1 || bad "--compare-svg failed"

@@ -44,7 +44,7 @@ grep -q '^#   capacity .*host memory per rank (dgx_h100_superpod node / 8; the C
 # (the bf16 weights cast per layer at both depths: with ZeRO 1's split f32 masters the persistent copies
 # fit at 48 layers but not at 96, and weight_copy auto would compare two kinds of plan)
 acts() { # recompute mode, layers -> activation bytes at the peak
-  "$shardc" plan models/gpt3-175b.model --target cuda -D recompute="$1" -D layers="$2" -D weight_copy=per_layer 2>/dev/null |
+  "$shardc" plan models/gpt3-175b.model --target cuda -D recompute="$1" -D layers="$2" -D weight_copy=per_layer --bytes 2>/dev/null |
     awk '/^#   activations / { print $3 }'
 }
 sbh=$((2048 * 12288 / 8))

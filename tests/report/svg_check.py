@@ -5,7 +5,7 @@
                                      node r // 8 with tp coordinate r % 8, in tp group r // 8 and
                                      dp group r % 8
   svg_check.py memory FILE PLAN.txt  tiny's one bar: params 482,304 B, optimizer 964,608 B (hand-
-                                     computed), every class the memory table's (`shardc plan`)
+                                     computed), every class the memory table's (`shardc plan --bytes`)
   svg_check.py compare FILE TABLE.txt  zero=0..3: four memory bars (optimizer 964,608 then 482,304 B),
                                      four step bars labelled with the table's step, their parts
                                      summing to it (within its three printed digits)

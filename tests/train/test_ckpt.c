@@ -128,6 +128,23 @@ void test_resume(void) {
         "no note of the changed schedule:\n%s", r.err);
   CHECK(!strstr(r.out, "//") && strstr(r.out, "ckE/step_00000013 written"), "checkpoint paths:\n%s", r.out);
   free_result(&r);
+
+  /* --resume without --save-to goes on saving where it resumed from: the root a step_N lies in, or
+   * the root given (the recipe names none here: it saved nothing before) */
+  char *e13 = rt_xprintf("%s/step_00000013", E), *e14 = rt_xprintf("%s/step_00000014/model.safetensors", E),
+       *e15 = rt_xprintf("%s/step_00000015/model.safetensors", E),
+       *says = rt_xprintf("checkpoints: into %s, where --resume's checkpoint is (the recipe names none; --save-to DIR "
+                          "sends them elsewhere)\n",
+                          E);
+  r = run_trainer("--data", data, "--resume", e13, "--stop-at", "14", NULL);
+  expect_ok(&r, "resume from a step_N without --save-to");
+  CHECK(strstr(r.out, says) && exists(e14), "not saved into %s:\n%s", E, r.out);
+  free_result(&r);
+  r = run_trainer("--data", data, "--resume", Es, "--stop-at", "15", NULL);
+  expect_ok(&r, "resume from a root without --save-to");
+  CHECK(strstr(r.out, says) && exists(e15), "not saved into %s:\n%s", E, r.out);
+  free_result(&r);
+  free(e13), free(e14), free(e15), free(says);
   free(Bs), free(E), free(Es);
 
   free(vA), free(vC), free(b10), free(b12), free(junk), free(junkf), free(stray), free(d5), free(d10), free(d15);
