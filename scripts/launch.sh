@@ -31,7 +31,8 @@
 # gracefully after a checkpoint of the step they are in, status 75, which the launcher returns
 # without restarting (the next launch resumes from that checkpoint). --requeue (in a Slurm job:
 # the --sbatch script's) then runs `scontrol requeue $SLURM_JOB_ID` and returns 0, so the job runs
-# again and resumes there (the job must be requeueable: `#SBATCH --requeue`).
+# again and resumes there (the job must be requeueable: `#SBATCH --requeue`) — unless the launcher
+# got SIGTERM, a cancel (`scancel JOBID`): then it returns 75 and the job stays cancelled.
 # The launcher's own flags are checked before anything starts: --np a positive integer, --delay
 # seconds, --model and --shardc only with --elastic M (status 2 otherwise).
 set -uo pipefail
@@ -127,8 +128,12 @@ npflag=-np # mpirun's; srun counts tasks with -n
 # it is saved, and the trainer exits with status 75, which ends the launcher with 75 (the next
 # run's --resume auto continues from that checkpoint).
 attempt=0
-child="" signalled=""
-forward() { signalled=$1; [ -n "$child" ] && kill -USR1 "$child" 2>/dev/null; }
+child="" signalled="" termed=""
+forward() {
+  signalled=$1
+  [ "$1" = TERM ] && termed=1
+  [ -n "$child" ] && kill -USR1 "$child" 2>/dev/null
+}
 trap 'forward TERM' TERM
 trap 'forward USR1' USR1
 # (a command in the background ignores SIGINT: Ctrl-C reaches it as SIGTERM from here)
@@ -154,8 +159,21 @@ while :; do
   fi
   if [ $rc -eq 75 ]; then
     echo "launch.sh: the trainer stopped on a signal after saving a checkpoint (status 75): not restarting; --resume auto continues from it" >&2
+    # SIGTERM to the launcher is a cancel (scancel JOBID signals every process of the job, the
+    # batch script included; so does the time limit reached without --signal's warning): a real
+    # Slurm 22.05 requeued a job cancelled so, which then ran again. Only SIGUSR1 (the warning, or
+    # scancel --signal=USR1 --batch) or a stop the ranks alone were signalled for is requeued.
+    if [ -n "$requeue" ] && [ -n "$termed" ]; then
+      echo "launch.sh: --requeue: not requeueing ${SLURM_JOB_ID:+job $SLURM_JOB_ID }after SIGTERM (a cancel: scancel, or the time limit without #SBATCH --signal's warning)" >&2
+      exit 75
+    fi
     if [ -n "$requeue" ]; then
       [ -n "${SLURM_JOB_ID:-}" ] || { echo "launch.sh: --requeue: not in a Slurm job (no SLURM_JOB_ID)" >&2; exit 75; }
+      # a real requeue ends the job at once: SIGTERM to every process of it, scontrol and this
+      # script included, often before scontrol has returned its success (seen on Slurm 22.05:
+      # "requeue failed" for a job requeued), so both ignore it while it runs (Slurm's SIGKILL
+      # after KillWait still ends them)
+      trap '' TERM USR1
       scontrol requeue "$SLURM_JOB_ID" || { echo "launch.sh: --requeue: scontrol requeue $SLURM_JOB_ID failed" >&2; exit 75; }
       echo "launch.sh: job $SLURM_JOB_ID requeued: it resumes from that checkpoint" >&2
       exit 0

@@ -51,7 +51,10 @@ echo "sbatch under fake Slurm: srun bootstrap, a kill -9 restarted; losses and s
 # i.e. the launcher it execs): forwarded through srun to the ranks, which stop after step 3 (every
 # rank held there by SHARDRT_FAULT_WAIT until the signal is in) with its checkpoint; the launcher
 # requeues the job (--requeue: scontrol requeue), whose next run resumes to the same losses
-want "$t/job.sh" "#SBATCH --signal=B:USR1@120" "#SBATCH --requeue"
+# (--open-mode=append: a real Slurm truncates the output file when the requeued job starts again;
+# the fake scontrol's requeue SIGTERMs the job and itself, as a real one does: launch.sh must still
+# say the job is requeued and return 0)
+want "$t/job.sh" "#SBATCH --signal=B:USR1@120" "#SBATCH --requeue" "#SBATCH --open-mode=append"
 SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$t/S sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/s.jsonl" >"$t/s.out" 2>&1 &
 spid=$!
 held_ranks "$t/s.out" 3 2
@@ -59,11 +62,23 @@ kill -USR1 $spid
 rc=0
 wait $spid || rc=$?
 [ $rc = 0 ] && grep -q "^stopped on SIGUSR1 after step 3 of 12: checkpoint $t/S/step_00000003 saved" "$t/s.out" &&
-  grep -q "fake scontrol: requeue $spid" "$t/s.out" || { cat "$t/s.out"; fail "SIGUSR1 to the batch script: no stop at step 3 and requeue (status $rc)"; }
+  grep -q "fake scontrol: requeue $spid" "$t/s.out" && grep -q "launch.sh: job $spid requeued" "$t/s.out" || { cat "$t/s.out"; fail "SIGUSR1 to the batch script: no stop at step 3 and requeue (status $rc)"; }
 SHARDC_CKPT=$t/S sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/s.jsonl" >"$t/s2.out" 2>&1 || { cat "$t/s2.out"; fail "the requeued job"; }
 grep -q -- "--resume auto: resuming from $t/S/step_00000003" "$t/s2.out" || { cat "$t/s2.out"; fail "the requeued job did not resume from step 3"; }
 [ "$(last "$t/a.jsonl")" = "$(last "$t/s.jsonl")" ] || { paste <(last "$t/a.jsonl") <(last "$t/s.jsonl"); fail "requeued: losses differ from mpirun's"; }
 echo "sbatch: SIGUSR1 to the batch script stopped both ranks after step 3 with its checkpoint, requeued; the requeued job resumed bit-identically"
+# scancel JOBID (SIGTERM to every process of the job, the batch script included) is a cancel: the
+# ranks stop with their checkpoint, but the job is not requeued (a real Slurm 22.05 requeued it)
+SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$t/K sbatch job.sh "${run[@]}" "${ck[@]}" >"$t/k.out" 2>&1 &
+spid=$!
+held_ranks "$t/k.out" 3 2
+kill -TERM $spid
+rc=0
+wait $spid || rc=$?
+[ $rc = 75 ] && grep -q "^stopped on SIGUSR1 after step 3 of 12: checkpoint $t/K/step_00000003 saved" "$t/k.out" &&
+  grep -q "launch.sh: --requeue: not requeueing job $spid after SIGTERM" "$t/k.out" && ! grep -q "fake scontrol" "$t/k.out" ||
+  { cat "$t/k.out"; fail "SIGTERM to the batch script: no stop at step 3 with status 75 and without a requeue (status $rc)"; }
+echo "sbatch: SIGTERM to the batch script (scancel) stopped both ranks after step 3 with its checkpoint, status 75, not requeued"
 rc=0
 srun -n 3 "$t/dp2" "${run[@]}" --steps 1 --save-to '' >"$t/c.out" 2>&1 || rc=$?
 [ $rc != 0 ] && grep -q "launch it with srun -n 2" "$t/c.out" || { cat "$t/c.out"; fail "srun -n 3 of a 2-rank trainer (status $rc)"; }
