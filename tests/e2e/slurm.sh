@@ -79,6 +79,19 @@ wait $spid || rc=$?
   grep -q "launch.sh: --requeue: not requeueing job $spid after SIGTERM" "$t/k.out" && ! grep -q "fake scontrol" "$t/k.out" ||
   { cat "$t/k.out"; fail "SIGTERM to the batch script: no stop at step 3 with status 75 and without a requeue (status $rc)"; }
 echo "sbatch: SIGTERM to the batch script (scancel) stopped both ranks after step 3 with its checkpoint, status 75, not requeued"
+# a trainer run in the batch script itself, without srun: Slurm gives the script SLURM_PROCID=0 and
+# SLURM_NTASKS=2 as well (but not SLURM_STEP_NUM_TASKS, which only srun's tasks have), so a 1-rank
+# trainer there is a single process, not srun's "rank 0 of 2" (a real Slurm 22.05: "srun says rank 0
+# of 2 but MPI says rank 0 of 1"), and a 2-rank one is told to use a launcher
+"$shardc" build "$src/models/tiny.model" -D seq=32 -D micro_batch=4 -D batch=4 --world 1 -o "$t/one" >/dev/null 2>&1 || fail "build one"
+printf '#!/usr/bin/env bash\n#SBATCH --ntasks=2\n"$@"\n' >"$t/direct.sh"
+sbatch "$t/direct.sh" "$t/one" "${run[@]}" --steps 2 --save-to '' >"$t/d1.out" 2>&1 && grep -q "^done: 2 step(s)" "$t/d1.out" ||
+  { cat "$t/d1.out"; fail "a 1-rank trainer in a 2-task batch script, without srun"; }
+rc=0
+sbatch "$t/direct.sh" "$t/dp2" "${run[@]}" --steps 1 --save-to '' >"$t/d2.out" 2>&1 || rc=$?
+[ $rc != 0 ] && grep -q "the plan needs 2 ranks .* but single process started 1" "$t/d2.out" ||
+  { cat "$t/d2.out"; fail "a 2-rank trainer in the batch script, without srun (status $rc)"; }
+echo "a trainer in the batch script without srun: one process (a 1-rank one trains; a 2-rank one is told to use a launcher)"
 rc=0
 srun -n 3 "$t/dp2" "${run[@]}" --steps 1 --save-to '' >"$t/c.out" 2>&1 || rc=$?
 [ $rc != 0 ] && grep -q "launch it with srun -n 2" "$t/c.out" || { cat "$t/c.out"; fail "srun -n 3 of a 2-rank trainer (status $rc)"; }
