@@ -88,7 +88,9 @@ bool cg_write_sbatch(const Module *m, const char *path, const char *trainer, con
   fprintf(f, "}\nexport SHARDRT_TIMEOUT=${SHARDRT_TIMEOUT:-300} # a collective stuck this long ends the step (then a restart)\n");
   fprintf(f, "exec ");
   sh_quote(f, ln);
-  fprintf(f, " --np %d --max-restarts \"${SHARDC_MAX_RESTARTS:-3}\" --requeue \\\n", world);
+  /* --done-file: a status 0 of srun whose tasks failed to launch is no completed run (launch.sh) */
+  fprintf(f, " --np %d --max-restarts \"${SHARDC_MAX_RESTARTS:-3}\" --requeue --done-file \".shardc-${SLURM_JOB_ID:-$$}.done\" \\\n",
+          world);
   fprintf(f, "  --launcher \"${SHARDC_SRUN:-srun --mpi=pmix --kill-on-bad-exit=1}\" -- \"$trainer\" --save-to \"$ckpt\" \"$@\"\n");
   bool ok = fclose(f) == 0;
   if (!ok) error_plain("--sbatch: cannot write '%s'", path);

@@ -47,6 +47,15 @@ last() { grep -o '"step":[0-9]*,"steps":[0-9]*,"loss":[^,]*' "$1" | awk -F'[:,]'
 [ "$(last "$t/a.jsonl")" = "$(last "$t/b.jsonl")" ] || { paste <(last "$t/a.jsonl") <(last "$t/b.jsonl"); fail "losses differ from mpirun's"; }
 same_ckpt "$t/A/step_00000012" "$t/B/step_00000012" || fail "the step-12 checkpoint differs from mpirun's"
 echo "sbatch under fake Slurm: srun bootstrap, a kill -9 restarted; losses and step-12 checkpoint bit-identical to mpirun's"
+# srun returning 0 for tasks that never started (a real Slurm 22.05 after "task 0 launch failed"):
+# without rank 0's done file (--done-file) the launcher counts it a failure and restarts
+FAKE_SRUN_LAUNCH_FAIL=$t/lf SHARDC_CKPT=$t/F sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/f.jsonl" >"$t/f.out" 2>&1 ||
+  { cat "$t/f.out"; fail "the batch script after a failed launch"; }
+grep -q "launch.sh: attempt 1 ended with status 0 but its trainer did not complete" "$t/f.out" &&
+  grep -q "launch.sh: attempt 1 failed with status 70; restart 1" "$t/f.out" && [ -z "$(ls -A "$t" | grep '^\.shardc-')" ] ||
+  { cat "$t/f.out"; ls -A "$t"; fail "srun's status 0 without a launch: not restarted (or the done file left)"; }
+[ "$(last "$t/a.jsonl")" = "$(last "$t/f.jsonl")" ] || fail "after a failed launch: losses differ from mpirun's"
+echo "sbatch: srun's status 0 for tasks that never launched is restarted (--done-file); the run then ends bit-identically"
 # Slurm's warning before the time limit (#SBATCH --signal=B:USR1@120: SIGUSR1 to the batch script,
 # i.e. the launcher it execs): forwarded through srun to the ranks, which stop after step 3 (every
 # rank held there by SHARDRT_FAULT_WAIT until the signal is in) with its checkpoint; the launcher
