@@ -52,7 +52,7 @@ echo "sbatch under fake Slurm: srun bootstrap, a kill -9 restarted; losses and s
 FAKE_SRUN_LAUNCH_FAIL=$t/lf SHARDC_CKPT=$t/F sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/f.jsonl" >"$t/f.out" 2>&1 ||
   { cat "$t/f.out"; fail "the batch script after a failed launch"; }
 grep -q "launch.sh: attempt 1 ended with status 0 but its trainer did not complete" "$t/f.out" &&
-  grep -q "launch.sh: attempt 1 failed with status 70; restart 1" "$t/f.out" && [ -z "$(ls -A "$t" | grep '^\.shardc-')" ] ||
+  grep -q "launch.sh: attempt 1 failed with status 70; restart 1" "$t/f.out" && ! compgen -G "$t/.shardc-*" >/dev/null ||
   { cat "$t/f.out"; ls -A "$t"; fail "srun's status 0 without a launch: not restarted (or the done file left)"; }
 [ "$(last "$t/a.jsonl")" = "$(last "$t/f.jsonl")" ] || fail "after a failed launch: losses differ from mpirun's"
 echo "sbatch: srun's status 0 for tasks that never launched is restarted (--done-file); the run then ends bit-identically"

@@ -18,12 +18,12 @@ export SLURM_CONF=$conf
 die() { echo "local_cluster.sh: $*" >&2; exit 1; }
 
 stop_pid() { # stop_pid NAME PIDFILE: TERM, then KILL after 10 s
-  local name=$1 f=$2 pid i
+  local name=$1 f=$2 pid
   [ -s "$f" ] || return 0
   pid=$(cat "$f")
   if kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
     echo "local_cluster.sh: stopped $name (pid $pid)"
   fi
@@ -95,8 +95,8 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSu
 EOF
   slurmctld -D -f "$conf" >>"$dir/slurmctld.out" 2>&1 &
   slurmd -D -f "$conf" -N localhost >>"$dir/slurmd.out" 2>&1 &
-  local i state=""
-  for i in $(seq 60); do
+  local state=""
+  for _ in $(seq 60); do
     state=$(sinfo -h -N -o %t 2>/dev/null || true)
     [ "$state" = idle ] && break
     sleep 0.5
