@@ -72,6 +72,9 @@ bool cg_write_sbatch(const Module *m, const char *path, const char *trainer, con
   fprintf(f, "#SBATCH --ntasks-per-node=%d\n", per_node);
   if (gpu) fprintf(f, "#SBATCH --gpus-per-task=1\n");
   fprintf(f, "#SBATCH --output=%%x-%%j.out\n");
+  /* a requeued job's run writes the same file, which Slurm truncates by default (JobFileAppend=0):
+   * the first run's log, its stop included, was lost on a real Slurm 22.05 (docs/trainer.md) */
+  fprintf(f, "#SBATCH --open-mode=append\n");
   /* 120 s before the time limit the launcher gets SIGUSR1, has the ranks stop after a checkpoint
    * (status 75) and requeues the job, which resumes from it (docs/trainer.md, Signals) */
   fprintf(f, "#SBATCH --signal=B:USR1@120\n");
@@ -85,7 +88,9 @@ bool cg_write_sbatch(const Module *m, const char *path, const char *trainer, con
   fprintf(f, "}\nexport SHARDRT_TIMEOUT=${SHARDRT_TIMEOUT:-300} # a collective stuck this long ends the step (then a restart)\n");
   fprintf(f, "exec ");
   sh_quote(f, ln);
-  fprintf(f, " --np %d --max-restarts \"${SHARDC_MAX_RESTARTS:-3}\" --requeue \\\n", world);
+  /* --done-file: a status 0 of srun whose tasks failed to launch is no completed run (launch.sh) */
+  fprintf(f, " --np %d --max-restarts \"${SHARDC_MAX_RESTARTS:-3}\" --requeue --done-file \".shardc-${SLURM_JOB_ID:-$$}.done\" \\\n",
+          world);
   fprintf(f, "  --launcher \"${SHARDC_SRUN:-srun --mpi=pmix --kill-on-bad-exit=1}\" -- \"$trainer\" --save-to \"$ckpt\" \"$@\"\n");
   bool ok = fclose(f) == 0;
   if (!ok) error_plain("--sbatch: cannot write '%s'", path);

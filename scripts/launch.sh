@@ -2,7 +2,7 @@
 # scripts/launch.sh — starts a shardc trainer and restarts it after a failure, from the newest
 # complete checkpoint, up to --max-restarts times.
 #
-#   scripts/launch.sh [--np N] [--max-restarts K] [--requeue] [--delay S] [--launcher "mpirun ..."] -- TRAINER [FLAGS...]
+#   scripts/launch.sh [--np N] [--max-restarts K] [--requeue] [--delay S] [--launcher "mpirun ..."] [--done-file PATH] -- TRAINER [FLAGS...]
 #
 # Each attempt runs `LAUNCHER -np N TRAINER FLAGS --resume auto` (`srun -n N ...` for srun) (--resume auto: the newest complete
 # checkpoint in --save-to, or a fresh start when there is none yet), so the trainer's flags must
@@ -31,7 +31,13 @@
 # gracefully after a checkpoint of the step they are in, status 75, which the launcher returns
 # without restarting (the next launch resumes from that checkpoint). --requeue (in a Slurm job:
 # the --sbatch script's) then runs `scontrol requeue $SLURM_JOB_ID` and returns 0, so the job runs
-# again and resumes there (the job must be requeueable: `#SBATCH --requeue`).
+# again and resumes there (the job must be requeueable: `#SBATCH --requeue`) — unless the launcher
+# got SIGTERM, a cancel (`scancel JOBID`): then it returns 75 and the job stays cancelled.
+# --done-file PATH: each attempt's trainer gets SHARDRT_DONE_FILE=PATH, which its rank 0 writes once
+# the run has completed; a status 0 without it is a failure (status 70, restarted): srun returns 0
+# when its tasks failed to launch ("task 0 launch failed", Slurm 22.05). PATH (relative: to the
+# current directory, which srun's tasks share) must be seen by rank 0 and the launcher alike; the
+# --sbatch script gives .shardc-JOBID.done. The launcher removes it after each attempt.
 # The launcher's own flags are checked before anything starts: --np a positive integer, --delay
 # seconds, --model and --shardc only with --elastic M (status 2 otherwise).
 set -uo pipefail
@@ -44,12 +50,13 @@ model=""
 shardc=${SHARDC:-}
 shardc_given=""
 requeue=""
+done_file=""
 usage_text() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; }
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage_text; exit 0 ;;
     --requeue) requeue=1; shift ;;
-    --np|--max-restarts|--delay|--launcher|--elastic|--model|--shardc)
+    --np|--max-restarts|--delay|--launcher|--elastic|--model|--shardc|--done-file)
       [ $# -ge 2 ] || { echo "launch.sh: $1 needs a value (see --help)" >&2; exit 2; } ;;&
     --np) np=$2; shift 2 ;;
     --max-restarts) max=$2; shift 2 ;;
@@ -58,11 +65,12 @@ while [ $# -gt 0 ]; do
     --elastic) elastic=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
     --shardc) shardc=$2; shardc_given=$2; shift 2 ;;
+    --done-file) done_file=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "launch.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[ $# -ge 1 ] || { echo "usage: scripts/launch.sh [--np N] [--max-restarts K] [--requeue] [--delay S] [--launcher CMD] [--elastic M[:TRAINER_M]] [--model 'FILE.model [OPTIONS]'] [--shardc PATH] -- TRAINER [FLAGS...]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: scripts/launch.sh [--np N] [--max-restarts K] [--requeue] [--delay S] [--launcher CMD] [--elastic M[:TRAINER_M]] [--model 'FILE.model [OPTIONS]'] [--shardc PATH] [--done-file PATH] -- TRAINER [FLAGS...]" >&2; exit 2; }
 case $max in ''|*[!0-9]*) echo "launch.sh: --max-restarts '$max' is not a non-negative integer" >&2; exit 2 ;; esac
 # (a bad --np reached mpirun; a bad --delay failed only at the first restart's sleep)
 case $np in ''|*[!0-9]*|0|00*) echo "launch.sh: --np '$np' is not a positive integer" >&2; exit 2 ;; esac
@@ -127,14 +135,22 @@ npflag=-np # mpirun's; srun counts tasks with -n
 # it is saved, and the trainer exits with status 75, which ends the launcher with 75 (the next
 # run's --resume auto continues from that checkpoint).
 attempt=0
-child="" signalled=""
-forward() { signalled=$1; [ -n "$child" ] && kill -USR1 "$child" 2>/dev/null; }
+child="" signalled="" termed=""
+forward() {
+  signalled=$1
+  [ "$1" = TERM ] && termed=1
+  [ -n "$child" ] && kill -USR1 "$child" 2>/dev/null
+}
 trap 'forward TERM' TERM
 trap 'forward USR1' USR1
 # (a command in the background ignores SIGINT: Ctrl-C reaches it as SIGTERM from here)
 interrupted=""
 trap 'interrupted=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' INT
 while :; do
+  if [ -n "$done_file" ]; then
+    rm -f -- "$done_file"
+    export SHARDRT_DONE_FILE=$done_file
+  fi
   # in the background, so that a signal's trap runs at once (bash runs it only once a foreground
   # command has finished); wait returns early on a trap, so wait until the attempt is gone
   if [ ${#launch[@]} -gt 0 ]; then
@@ -148,14 +164,34 @@ while :; do
   wait "$child" # (its status, kept by bash however the loop ended)
   rc=$?
   child=""
+  if [ -n "$done_file" ]; then
+    if [ $rc -eq 0 ] && [ ! -e "$done_file" ]; then
+      echo "launch.sh: attempt $((attempt + 1)) ended with status 0 but its trainer did not complete (no $done_file from rank 0: srun returns 0 when its tasks failed to launch); counted as a failure (status 70)" >&2
+      rc=70
+    fi
+    rm -f -- "$done_file"
+  fi
   if [ -n "$interrupted" ]; then
     echo "launch.sh: interrupted (SIGINT): attempt $((attempt + 1)) ended with status $rc" >&2
     exit 130
   fi
   if [ $rc -eq 75 ]; then
     echo "launch.sh: the trainer stopped on a signal after saving a checkpoint (status 75): not restarting; --resume auto continues from it" >&2
+    # SIGTERM to the launcher is a cancel (scancel JOBID signals every process of the job, the
+    # batch script included; so does the time limit reached without --signal's warning): a real
+    # Slurm 22.05 requeued a job cancelled so, which then ran again. Only SIGUSR1 (the warning, or
+    # scancel --signal=USR1 --batch) or a stop the ranks alone were signalled for is requeued.
+    if [ -n "$requeue" ] && [ -n "$termed" ]; then
+      echo "launch.sh: --requeue: not requeueing ${SLURM_JOB_ID:+job $SLURM_JOB_ID }after SIGTERM (a cancel: scancel, or the time limit without #SBATCH --signal's warning)" >&2
+      exit 75
+    fi
     if [ -n "$requeue" ]; then
       [ -n "${SLURM_JOB_ID:-}" ] || { echo "launch.sh: --requeue: not in a Slurm job (no SLURM_JOB_ID)" >&2; exit 75; }
+      # a real requeue ends the job at once: SIGTERM to every process of it, scontrol and this
+      # script included, often before scontrol has returned its success (seen on Slurm 22.05:
+      # "requeue failed" for a job requeued), so both ignore it while it runs (Slurm's SIGKILL
+      # after KillWait still ends them)
+      trap '' TERM USR1
       scontrol requeue "$SLURM_JOB_ID" || { echo "launch.sh: --requeue: scontrol requeue $SLURM_JOB_ID failed" >&2; exit 75; }
       echo "launch.sh: job $SLURM_JOB_ID requeued: it resumes from that checkpoint" >&2
       exit 0

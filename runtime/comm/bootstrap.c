@@ -57,6 +57,15 @@ static void libfabric_defaults(void) {
   setenv("FI_OFI_RXM_EAGER_LIMIT", "262144", 0);
 }
 
+RtLauncher rt_boot_launcher(void) {
+  if (env_int("OMPI_COMM_WORLD_SIZE") >= 1) return RT_LAUNCH_MPIRUN;
+  /* (seen on Slurm 22.05: a 1-rank trainer in a 2-task batch script stopped with "srun says rank 0
+     of 2 but MPI says rank 0 of 1") */
+  if (env_int("SLURM_NTASKS") >= 1 && env_int("SLURM_PROCID") >= 0 && env_int("SLURM_STEP_NUM_TASKS") >= 1)
+    return RT_LAUNCH_SRUN;
+  return RT_LAUNCH_SINGLE;
+}
+
 bool rt_boot_init(RtBoot *b, int *argc, char ***argv) {
   memset(b, 0, sizeof *b);
   libfabric_defaults();
@@ -64,14 +73,13 @@ bool rt_boot_init(RtBoot *b, int *argc, char ***argv) {
   if (gethostname(b->host, sizeof b->host - 1) != 0) snprintf(b->host, sizeof b->host, "unknown");
   b->world = 1;
   b->local_world = 1;
-  if (env_int("OMPI_COMM_WORLD_SIZE") >= 1) {
-    b->launcher = RT_LAUNCH_MPIRUN;
+  b->launcher = rt_boot_launcher();
+  if (b->launcher == RT_LAUNCH_MPIRUN) {
     b->rank = env_int("OMPI_COMM_WORLD_RANK");
     b->world = env_int("OMPI_COMM_WORLD_SIZE");
     b->local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK");
     b->local_world = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
-  } else if (env_int("SLURM_NTASKS") >= 1 && env_int("SLURM_PROCID") >= 0) {
-    b->launcher = RT_LAUNCH_SRUN;
+  } else if (b->launcher == RT_LAUNCH_SRUN) {
     b->rank = env_int("SLURM_PROCID");
     b->world = env_int("SLURM_NTASKS");
     b->local_rank = env_int("SLURM_LOCALID");

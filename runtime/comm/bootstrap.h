@@ -30,6 +30,11 @@ typedef struct {
 /* Fills b from the environment; initialises MPI under a launcher. Prints a message
  * and returns false when the launcher's view and MPI's disagree or MPI fails. */
 bool rt_boot_init(RtBoot *b, int *argc, char ***argv);
+/* The launcher the environment names (not yet checked against MPI): mpirun's variables, else an
+ * srun task's — SLURM_PROCID and SLURM_NTASKS with SLURM_STEP_NUM_TASKS, which only srun sets (a
+ * Slurm batch script has SLURM_PROCID=0 and SLURM_NTASKS=N too: a trainer run there without srun
+ * is a single process, not "rank 0 of N"), else a single process. */
+RtLauncher rt_boot_launcher(void);
 void rt_boot_free(RtBoot *b);
 const char *rt_launcher_name(RtLauncher l);
 

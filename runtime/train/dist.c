@@ -10,16 +10,10 @@
 #include "../ops/coll.h"
 #include "train.h"
 
-/* Launched under mpirun / srun: the launcher's environment says so. */
-static int launched(void) {
-  const char *o = getenv("OMPI_COMM_WORLD_SIZE"), *s = getenv("SLURM_NTASKS");
-  return (o && *o) || (s && *s && getenv("SLURM_PROCID"));
-}
-
 void rt_dist_init(RtDist *d, int *argc, char ***argv, const RtProgram *p, RtCtx *ctx) {
   memset(d, 0, sizeof *d);
   int pw = rt_program_world(p);
-  if (!launched() && pw == 1) return; /* a plain single process: no MPI, no comm */
+  if (rt_boot_launcher() == RT_LAUNCH_SINGLE && pw == 1) return; /* a plain single process: no MPI, no comm */
   if (!rt_boot_init(&d->boot, argc, argv)) rt_user_error("cannot start: the launcher's rank information is invalid");
   d->booted = 1;
   if (!rt_mesh_init(&d->mesh, rt_program_degree(p, RT_AX_DP), rt_program_degree(p, RT_AX_PP),

@@ -451,6 +451,19 @@ static void train_loop(RtRun *r, RtLoop *loop) {
   rt_stop_disarm(); /* the ranks have agreed to stop, or trained every step: a signal no longer ends a collective */
 }
 
+/* SHARDRT_DONE_FILE (scripts/launch.sh --done-file sets it): rank 0 writes it once the run has
+ * completed, so that the launcher tells a finished run from a launcher's status 0 for tasks that never
+ * ran (srun's, after "task 0 launch failed", on a real Slurm 22.05). */
+static void write_done_file(const RtRun *r) {
+  const char *path = getenv("SHARDRT_DONE_FILE");
+  if (!path || !*path || r->ctx.rank != 0) return;
+  FILE *f = fopen(path, "w");
+  bool ok = f && fprintf(f, "done: step %lld\n", (long long)r->st.step) > 0;
+  if (f && fclose(f) != 0) ok = false;
+  if (!ok) fprintf(stderr, "warning: SHARDRT_DONE_FILE: cannot write '%s': %s (the launcher takes the run for a failed one)\n",
+                   path, strerror(errno));
+}
+
 int rt_train_main(int argc, char **argv, const RtProgram *p) {
   RtRun run, *r = &run;
   memset(r, 0, sizeof *r);
@@ -517,6 +530,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     rt_run_sample(r);
   }
 
+  if (!loop.stopped) write_done_file(r);
   rt_log_free(r);
   data_free(r);
   mem_free(r);

@@ -47,11 +47,23 @@ last() { grep -o '"step":[0-9]*,"steps":[0-9]*,"loss":[^,]*' "$1" | awk -F'[:,]'
 [ "$(last "$t/a.jsonl")" = "$(last "$t/b.jsonl")" ] || { paste <(last "$t/a.jsonl") <(last "$t/b.jsonl"); fail "losses differ from mpirun's"; }
 same_ckpt "$t/A/step_00000012" "$t/B/step_00000012" || fail "the step-12 checkpoint differs from mpirun's"
 echo "sbatch under fake Slurm: srun bootstrap, a kill -9 restarted; losses and step-12 checkpoint bit-identical to mpirun's"
+# srun returning 0 for tasks that never started (a real Slurm 22.05 after "task 0 launch failed"):
+# without rank 0's done file (--done-file) the launcher counts it a failure and restarts
+FAKE_SRUN_LAUNCH_FAIL=$t/lf SHARDC_CKPT=$t/F sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/f.jsonl" >"$t/f.out" 2>&1 ||
+  { cat "$t/f.out"; fail "the batch script after a failed launch"; }
+grep -q "launch.sh: attempt 1 ended with status 0 but its trainer did not complete" "$t/f.out" &&
+  grep -q "launch.sh: attempt 1 failed with status 70; restart 1" "$t/f.out" && ! compgen -G "$t/.shardc-*" >/dev/null ||
+  { cat "$t/f.out"; ls -A "$t"; fail "srun's status 0 without a launch: not restarted (or the done file left)"; }
+[ "$(last "$t/a.jsonl")" = "$(last "$t/f.jsonl")" ] || fail "after a failed launch: losses differ from mpirun's"
+echo "sbatch: srun's status 0 for tasks that never launched is restarted (--done-file); the run then ends bit-identically"
 # Slurm's warning before the time limit (#SBATCH --signal=B:USR1@120: SIGUSR1 to the batch script,
 # i.e. the launcher it execs): forwarded through srun to the ranks, which stop after step 3 (every
 # rank held there by SHARDRT_FAULT_WAIT until the signal is in) with its checkpoint; the launcher
 # requeues the job (--requeue: scontrol requeue), whose next run resumes to the same losses
-want "$t/job.sh" "#SBATCH --signal=B:USR1@120" "#SBATCH --requeue"
+# (--open-mode=append: a real Slurm truncates the output file when the requeued job starts again;
+# the fake scontrol's requeue SIGTERMs the job and itself, as a real one does: launch.sh must still
+# say the job is requeued and return 0)
+want "$t/job.sh" "#SBATCH --signal=B:USR1@120" "#SBATCH --requeue" "#SBATCH --open-mode=append"
 SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$t/S sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/s.jsonl" >"$t/s.out" 2>&1 &
 spid=$!
 held_ranks "$t/s.out" 3 2
@@ -59,11 +71,36 @@ kill -USR1 $spid
 rc=0
 wait $spid || rc=$?
 [ $rc = 0 ] && grep -q "^stopped on SIGUSR1 after step 3 of 12: checkpoint $t/S/step_00000003 saved" "$t/s.out" &&
-  grep -q "fake scontrol: requeue $spid" "$t/s.out" || { cat "$t/s.out"; fail "SIGUSR1 to the batch script: no stop at step 3 and requeue (status $rc)"; }
+  grep -q "fake scontrol: requeue $spid" "$t/s.out" && grep -q "launch.sh: job $spid requeued" "$t/s.out" || { cat "$t/s.out"; fail "SIGUSR1 to the batch script: no stop at step 3 and requeue (status $rc)"; }
 SHARDC_CKPT=$t/S sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/s.jsonl" >"$t/s2.out" 2>&1 || { cat "$t/s2.out"; fail "the requeued job"; }
 grep -q -- "--resume auto: resuming from $t/S/step_00000003" "$t/s2.out" || { cat "$t/s2.out"; fail "the requeued job did not resume from step 3"; }
 [ "$(last "$t/a.jsonl")" = "$(last "$t/s.jsonl")" ] || { paste <(last "$t/a.jsonl") <(last "$t/s.jsonl"); fail "requeued: losses differ from mpirun's"; }
 echo "sbatch: SIGUSR1 to the batch script stopped both ranks after step 3 with its checkpoint, requeued; the requeued job resumed bit-identically"
+# scancel JOBID (SIGTERM to every process of the job, the batch script included) is a cancel: the
+# ranks stop with their checkpoint, but the job is not requeued (a real Slurm 22.05 requeued it)
+SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$t/K sbatch job.sh "${run[@]}" "${ck[@]}" >"$t/k.out" 2>&1 &
+spid=$!
+held_ranks "$t/k.out" 3 2
+kill -TERM $spid
+rc=0
+wait $spid || rc=$?
+[ $rc = 75 ] && grep -q "^stopped on SIGUSR1 after step 3 of 12: checkpoint $t/K/step_00000003 saved" "$t/k.out" &&
+  grep -q "launch.sh: --requeue: not requeueing job $spid after SIGTERM" "$t/k.out" && ! grep -q "fake scontrol" "$t/k.out" ||
+  { cat "$t/k.out"; fail "SIGTERM to the batch script: no stop at step 3 with status 75 and without a requeue (status $rc)"; }
+echo "sbatch: SIGTERM to the batch script (scancel) stopped both ranks after step 3 with its checkpoint, status 75, not requeued"
+# a trainer run in the batch script itself, without srun: Slurm gives the script SLURM_PROCID=0 and
+# SLURM_NTASKS=2 as well (but not SLURM_STEP_NUM_TASKS, which only srun's tasks have), so a 1-rank
+# trainer there is a single process, not srun's "rank 0 of 2" (a real Slurm 22.05: "srun says rank 0
+# of 2 but MPI says rank 0 of 1"), and a 2-rank one is told to use a launcher
+"$shardc" build "$src/models/tiny.model" -D seq=32 -D micro_batch=4 -D batch=4 --world 1 -o "$t/one" >/dev/null 2>&1 || fail "build one"
+printf '#!/usr/bin/env bash\n#SBATCH --ntasks=2\n"$@"\n' >"$t/direct.sh"
+sbatch "$t/direct.sh" "$t/one" "${run[@]}" --steps 2 --save-to '' >"$t/d1.out" 2>&1 && grep -q "^done: 2 step(s)" "$t/d1.out" ||
+  { cat "$t/d1.out"; fail "a 1-rank trainer in a 2-task batch script, without srun"; }
+rc=0
+sbatch "$t/direct.sh" "$t/dp2" "${run[@]}" --steps 1 --save-to '' >"$t/d2.out" 2>&1 || rc=$?
+[ $rc != 0 ] && grep -q "the plan needs 2 ranks .* but single process started 1" "$t/d2.out" ||
+  { cat "$t/d2.out"; fail "a 2-rank trainer in the batch script, without srun (status $rc)"; }
+echo "a trainer in the batch script without srun: one process (a 1-rank one trains; a 2-rank one is told to use a launcher)"
 rc=0
 srun -n 3 "$t/dp2" "${run[@]}" --steps 1 --save-to '' >"$t/c.out" 2>&1 || rc=$?
 [ $rc != 0 ] && grep -q "launch it with srun -n 2" "$t/c.out" || { cat "$t/c.out"; fail "srun -n 3 of a 2-rank trainer (status $rc)"; }
