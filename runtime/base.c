@@ -26,12 +26,19 @@ static int env_rank_int(const char *name) {
   return *end || v < 0 || v > 1 << 30 ? -1 : (int)v;
 }
 
+int rt_launch_kind(void) {
+  if (env_rank_int("OMPI_COMM_WORLD_SIZE") >= 1) return 1;
+  /* (seen on Slurm 22.05: a 1-rank trainer in a 2-task batch script stopped with "srun says rank 0
+     of 2 but MPI says rank 0 of 1": the batch script has SLURM_PROCID and SLURM_NTASKS too) */
+  if (env_rank_int("SLURM_NTASKS") >= 1 && env_rank_int("SLURM_PROCID") >= 0 && env_rank_int("SLURM_STEP_NUM_TASKS") >= 1)
+    return 2;
+  return 0;
+}
+
 int rt_launch_rank(int *world) {
-  int w = env_rank_int("OMPI_COMM_WORLD_SIZE"), r = -1;
-  if (w >= 1)
-    r = env_rank_int("OMPI_COMM_WORLD_RANK");
-  else if ((w = env_rank_int("SLURM_NTASKS")) >= 1)
-    r = env_rank_int("SLURM_PROCID");
+  int k = rt_launch_kind(), w = -1, r = -1;
+  if (k == 1) w = env_rank_int("OMPI_COMM_WORLD_SIZE"), r = env_rank_int("OMPI_COMM_WORLD_RANK");
+  if (k == 2) w = env_rank_int("SLURM_NTASKS"), r = env_rank_int("SLURM_PROCID");
   if (world) *world = w >= 1 ? w : 1;
   return r;
 }

@@ -15,10 +15,14 @@ extern int rt_log_rank;
 
 /* This process's rank as its launcher's environment gives it, before and without any bootstrap:
  * OMPI_COMM_WORLD_RANK under mpirun (OMPI_COMM_WORLD_SIZE set), SLURM_PROCID under srun
- * (SLURM_NTASKS set) — the variables rt_boot_init reads (runtime/comm/bootstrap.c) — or -1 when
+ * (rt_launch_kind) — the variables rt_boot_init reads (runtime/comm/bootstrap.c) — or -1 when
  * not launched (or malformed: rt_boot_init then says so). world (may be NULL): the job's ranks
  * (OMPI_COMM_WORLD_SIZE, SLURM_NTASKS), 1 when not launched. */
 int rt_launch_rank(int *world);
+/* How this process was started (the one place that decides it; rt_boot_launcher names it): 1
+ * mpirun, 2 an srun task (SLURM_STEP_NUM_TASKS set), 0 neither (a single process, or a Slurm batch
+ * script itself, which has SLURM_PROCID and SLURM_NTASKS too). */
+int rt_launch_kind(void);
 
 /* Prints "shardrt: rank R: <message>" ("shardrt: <message>" before a rank is known) on stderr and ends the process with status code
  * (without MPI_Finalize: the launcher then ends the other ranks). */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../base.h"
 #include "check.h"
 
 /* Integer from the environment, or -1 when unset or malformed. */
@@ -58,12 +59,8 @@ static void libfabric_defaults(void) {
 }
 
 RtLauncher rt_boot_launcher(void) {
-  if (env_int("OMPI_COMM_WORLD_SIZE") >= 1) return RT_LAUNCH_MPIRUN;
-  /* (seen on Slurm 22.05: a 1-rank trainer in a 2-task batch script stopped with "srun says rank 0
-     of 2 but MPI says rank 0 of 1") */
-  if (env_int("SLURM_NTASKS") >= 1 && env_int("SLURM_PROCID") >= 0 && env_int("SLURM_STEP_NUM_TASKS") >= 1)
-    return RT_LAUNCH_SRUN;
-  return RT_LAUNCH_SINGLE;
+  int k = rt_launch_kind(); /* (runtime/base.c: 1 mpirun, 2 srun) */
+  return k == 1 ? RT_LAUNCH_MPIRUN : k == 2 ? RT_LAUNCH_SRUN : RT_LAUNCH_SINGLE;
 }
 
 bool rt_boot_init(RtBoot *b, int *argc, char ***argv) {
