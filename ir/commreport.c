@@ -10,8 +10,6 @@
 #include "ptrmap.h"
 
 const char *const ir_comm_region_names[CR_COUNT] = {"forward", "backward", "optimizer"};
-const char *const ir_comm_kind_names[CK_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                                  "send/recv", "all_to_all"};
 
 static int64_t value_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
@@ -372,9 +370,16 @@ static void volumes_of(const Module *m, CommVolumes *vs, int nst) {
 /* Under pp each rank runs one stage's nodes (Node.stage, stageset): a rank's volumes are its stage's,
  * and the report's are the busiest stage's (the most time on the links, or without a topology the
  * most bus traffic). Summing every stage's nodes counted a pipeline's layer collectives pp times. */
-void ir_comm_volumes(const Module *m, CommVolumes *v) {
+int ir_comm_stages(const Module *m) {
   int nst = m->pipe && m->mesh && m->mesh->dim[RT_AX_PP] > 1 ? m->mesh->dim[RT_AX_PP] : 1; /* (the pp ranks) */
   if (nst > 64) die("commreport: %d pipeline stages (Node.stageset holds 64)", nst);
+  return nst;
+}
+
+void ir_comm_stage_volumes(const Module *m, CommVolumes *vs) { volumes_of(m, vs, ir_comm_stages(m)); }
+
+void ir_comm_volumes(const Module *m, CommVolumes *v) {
+  int nst = ir_comm_stages(m);
   CommVolumes *vs = malloc((size_t)nst * sizeof *vs);
   if (!vs) die("commreport: out of memory");
   volumes_of(m, vs, nst);

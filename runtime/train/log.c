@@ -9,6 +9,7 @@
 #include "../comm/comm.h"
 #include "../kernels/kernels.h"
 #include "../schedule.h"
+#include "../ops/coll.h" /* rt_ctx_coord */
 #include "run.h"
 
 static void json_num(FILE *f, const char *key, double v, const char *fmt) {
@@ -266,4 +267,44 @@ void rt_log_done(RtRun *r, const RtLoop *loop) {
     printf("nothing to train: at step %lld of %lld\n", (long long)r->st.step, (long long)stop);
   }
   print_memory("at end", r, r->base_rss);
+}
+
+/* "dp all_reduce" for row g, kind k. */
+static void coll_name(char *buf, size_t n, int g, int k) {
+  snprintf(buf, n, "%s %s", rt_mesh_mask_name(rt_coll_row_mask(g)), rt_coll_kind_names[k]);
+}
+
+void rt_log_colls(RtRun *r, const RtLoop *loop) {
+  const RtProgram *p = r->p;
+  if (r->ctx.world <= 1 || !loop->colls_step) return;
+  const RtCollCounts *c = &loop->colls;
+  int64_t calls = 0, bytes = 0;
+  for (int g = 0; g < RT_CC_ROWS; g++)
+    for (int k = 0; k < RT_CK_COUNT; k++) calls += c->count[g][k], bytes += c->bytes[g][k];
+  int stage = p->coll_plan_stages > 1 ? rt_ctx_coord(&r->ctx, RT_AX_PP) : 0;
+  const int64_t *plan = p->coll_plan && stage < p->coll_plan_stages
+                            ? p->coll_plan + (size_t)stage * RT_CC_ROWS * RT_CK_COUNT * 2 : NULL;
+  char diff[1024] = "";
+  size_t len = 0;
+  for (int g = 0; plan && g < RT_CC_ROWS; g++)
+    for (int k = 0; k < RT_CK_COUNT; k++) {
+      const int64_t *want = plan + ((size_t)g * RT_CK_COUNT + (size_t)k) * 2;
+      if (want[0] == c->count[g][k] && want[1] == c->bytes[g][k]) continue;
+      char name[64];
+      coll_name(name, sizeof name, g, k);
+      if (len < sizeof diff)
+        len += (size_t)snprintf(diff + len, sizeof diff - len, "%s%s: %lld call(s), %lld B; planned %lld, %lld B",
+                                len ? "; " : "", name, (long long)c->count[g][k], (long long)c->bytes[g][k],
+                                (long long)want[0], (long long)want[1]);
+    }
+  if (r->ctx.rank == 0)
+    printf("collectives per step (rank 0, step %lld): %lld call(s), %lld bytes%s\n", (long long)loop->colls_step,
+           (long long)calls, (long long)bytes,
+           !plan ? " (the program holds no plan of them)" : len ? ": NOT as planned (below)" : ": as planned");
+  if (len)
+    fprintf(stderr, "warning: rank %d: the collectives of step %lld differ from the plan (pipeline stage %d): %s\n",
+            r->ctx.rank, (long long)loop->colls_step, stage, diff);
+  if (loop->colls_varied)
+    fprintf(stderr, "warning: rank %d: step %lld ran other collectives than step %lld (every step should run the "
+                    "same)\n", r->ctx.rank, (long long)loop->colls_varied, (long long)loop->colls_step);
 }

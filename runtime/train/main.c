@@ -356,11 +356,18 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     rt_run_put_input(r, r->stepno, (double)opt_step);
     rt_fault_before_step(r, s);
     double t0 = rt_now(), c0 = r->ctx.comm_s;
+    RtCollCounts cc0, cc1;
+    rt_coll_counts(&cc0);
     if (r->dev && r->dev->run)
       r->dev->run(&r->ctx, p->step, r->mem);
     else
       p->step(r->mem, &r->ctx);
     if (r->dev) r->dev->sync(&r->ctx); /* the step's time is the device's */
+    rt_coll_counts(&cc1);
+    for (int g = 0; g < RT_CC_ROWS; g++)
+      for (int k = 0; k < RT_CK_COUNT; k++) cc1.count[g][k] -= cc0.count[g][k], cc1.bytes[g][k] -= cc0.bytes[g][k];
+    if (!loop->colls_step) loop->colls = cc1, loop->colls_step = s;
+    else if (!loop->colls_varied && memcmp(&cc1, &loop->colls, sizeof cc1) != 0) loop->colls_varied = s;
     rt_fault_after_step(r);
     rt_run_check_device_flags(r, "training");
     double dt = rt_now() - t0, dcomm = r->ctx.comm_s - c0;
@@ -479,6 +486,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
    * handler to its exit (mpirun ends the other ranks with SIGTERM once one exits non-zero) */
   if (!loop.stopped) rt_stop_uninstall();
   rt_log_done(r, &loop);
+  rt_log_colls(r, &loop);
   if (loop.stopped) {
     /* every rank's writer has finished and rank 0 has committed before any rank exits: under mpirun
      * the first rank to exit non-zero has the others killed */
