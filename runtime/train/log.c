@@ -10,6 +10,7 @@
 #include "../kernels/kernels.h"
 #include "../schedule.h"
 #include "../ops/coll.h" /* rt_ctx_coord */
+#include "files.h" /* rt_tensor_held */
 #include "run.h"
 
 static void json_num(FILE *f, const char *key, double v, const char *fmt) {
@@ -72,6 +73,27 @@ static void print_memory(const char *when, RtRun *r, int64_t base) {
     printf("; %s of it the local peers' memory mapped here (theirs, counted in their VmHWM too)", d);
   }
   printf("\n");
+}
+
+/* The bytes of the tensor table's tensors this rank holds in the plan's allocation, by kind: what the
+ * plan's classes "parameters" (with the bf16 copies), "optimizer state" and "inputs" hold at the peak. */
+static void print_held(RtRun *r) {
+  const RtProgram *p = r->p;
+  int64_t by[RT_T_COPY + 1] = {0};
+  int pp = p->mesh[RT_AX_PP] > 1 ? rt_ctx_coord(&r->ctx, RT_AX_PP) : 0;
+  for (int a = 0; a < RT_AX_COUNT; a++) /* rank 0, and under pp the first rank of each stage */
+    if (a != RT_AX_PP && p->mesh[a] > 1 && rt_ctx_coord(&r->ctx, a) != 0) return;
+  for (int i = 0; i < p->ntensors; i++) {
+    const RtTensor *t = &p->tensors[i];
+    if (!t->host && rt_tensor_held(p, t, pp)) by[t->kind] += rt_tensor_bytes(t);
+  }
+  char st[32] = "";
+  if (p->mesh[RT_AX_PP] > 1) snprintf(st, sizeof st, ", stage %d", pp);
+  printf("tensors held here (rank %d%s): parameters %lld B (bf16 copies %lld B of them), optimizer state %lld B, inputs "
+         "%lld B, results %lld B; the allocation %lld B as planned (+ %lld B kernel workspace)\n",
+         r->ctx.rank, st, (long long)(by[RT_T_PARAM] + by[RT_T_COPY]), (long long)by[RT_T_COPY], (long long)by[RT_T_STATE],
+         (long long)by[RT_T_INPUT], (long long)by[RT_T_RESULT], (long long)p->mem_bytes,
+         (long long)(p->workspace_bytes ? p->workspace_bytes() : 0));
 }
 
 void rt_log_init(RtRun *r, const RtLoop *loop) {
@@ -177,6 +199,7 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
              (long long)p->recipe.warmup, warm, r->ctx.threads, r->peak / 1e9, how);
     print_memory("at start", r, r->base_rss);
   }
+  print_held(r);
 }
 
 void rt_log_free(RtRun *r) {
