@@ -27,6 +27,11 @@ typedef struct {
   int64_t bytes[RT_CC_ROWS][RT_CK_COUNT];
 } RtCollCounts;
 
+/* The trainer's own collective a step, outside the program (runtime/train/main.c check_finite): the ranks
+ * agree on a non-finite loss or gradient, a skipped update and a stop signal, RT_TRAINER_FLAGS f32 values
+ * all-reduced (max) over the world; not counted here, and printed apart by the plan. */
+enum { RT_TRAINER_FLAGS = 4 };
+
 /* Counts one collective of `kind` over `axis` (RT_AX_*, or RT_AX_GROUP(mask)) moving `bytes`. */
 void rt_coll_count(int axis, int kind, int64_t bytes);
 /* The counts so far (since the process started). */

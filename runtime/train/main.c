@@ -328,8 +328,9 @@ static void fmt_value(char *out, size_t n, double v) {
 enum { STEP_OK, STEP_SKIPPED, STEP_BAD };
 static int check_finite(RtRun *r, int64_t s, double loss, double gn, int *stop) {
   int bad_grad = r->gnorm && !isfinite(gn);
-  int f[4] = {r->o.skip && bad_grad, r->o.skip && !bad_grad, !isfinite(loss) || bad_grad, rt_stop_signal() != 0};
-  rt_dist_any_n(&r->ctx, f, 4);
+  int f[RT_TRAINER_FLAGS] = {r->o.skip && bad_grad, r->o.skip && !bad_grad, !isfinite(loss) || bad_grad,
+                             rt_stop_signal() != 0};
+  rt_dist_any_n(&r->ctx, f, RT_TRAINER_FLAGS);
   if (f[0] && f[1])
     rt_bug("rank %d: the ranks disagree on whether step %lld's gradients are finite (this rank's gradient norm is "
            "%g): some skipped the update and some applied it",
