@@ -184,13 +184,23 @@ void rt_mean_f32(float *y, const float *x, int64_t n) { y[0] = (float)(n ? rt_su
 
 void rt_sumsq_f32(float *y, const float *x, int64_t n) { y[0] = (float)rt_sumsq(n, x); }
 
+static uint64_t matmul_flops; /* every thread's (rt_par_for may run GEMMs on several) */
+
+uint64_t rt_matmul_flops(void) { return __atomic_load_n(&matmul_flops, __ATOMIC_RELAXED); }
+
+void rt_matmul_count(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  __atomic_fetch_add(&matmul_flops, (uint64_t)(2 * batch * m * n * k), __ATOMIC_RELAXED);
+}
+
 void rt_matmul_f32(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
                    int ta, int tb, int b_batched) {
+  rt_matmul_count(batch, m, n, k);
   rt_matmul(batch, b_batched ? batch : 1, m, n, k, ta, tb, a, b, 0.0f, y);
 }
 
 void rt_matmul_acc_f32(float *y, const float *c, const float *a, const float *b, int64_t batch, int64_t m, int64_t n,
                        int64_t k, int ta, int tb, int b_batched) {
   if (y != c) memmove(y, c, (size_t)(batch * m * n) * sizeof(float));
+  rt_matmul_count(batch, m, n, k);
   rt_matmul(batch, b_batched ? batch : 1, m, n, k, ta, tb, a, b, 1.0f, y);
 }

@@ -299,6 +299,11 @@ static void coll_name(char *buf, size_t n, int g, int k) {
 
 void rt_log_colls(RtRun *r, const RtLoop *loop) {
   const RtProgram *p = r->p;
+  if (r->ctx.rank == 0 && loop->colls_step && !r->dev) /* (a device program's GEMMs are the device's) */
+    printf("matmul FLOPs a step (rank 0, step %lld, counted): %llu; the plan's model FLOPs a step per rank (3 x the "
+           "forward's matmuls and attention, over %d rank(s)): %.0f\n",
+           (long long)loop->colls_step, (unsigned long long)loop->gemm_flops, r->ctx.world > 0 ? r->ctx.world : 1,
+           p->flops_per_token * (double)(r->gbatch * r->gseq) / (r->ctx.world > 0 ? r->ctx.world : 1));
   if (r->ctx.world <= 1 || !loop->colls_step) return;
   const RtCollCounts *c = &loop->colls;
   int64_t calls = 0, bytes = 0;

@@ -16,6 +16,7 @@
 
 #include "../comm/comm.h"
 #include "../kernels/kernels.h"
+#include "../ops/ops.h" /* rt_matmul_flops */
 #include "../rng.h"
 #include "run.h"
 #include "trace.h"
@@ -359,6 +360,7 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     double t0 = rt_now(), c0 = r->ctx.comm_s;
     RtCollCounts cc0, cc1;
     rt_coll_counts(&cc0);
+    uint64_t f0 = rt_matmul_flops();
     if (r->dev && r->dev->run)
       r->dev->run(&r->ctx, p->step, r->mem);
     else
@@ -367,7 +369,7 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     rt_coll_counts(&cc1);
     for (int g = 0; g < RT_CC_ROWS; g++)
       for (int k = 0; k < RT_CK_COUNT; k++) cc1.count[g][k] -= cc0.count[g][k], cc1.bytes[g][k] -= cc0.bytes[g][k];
-    if (!loop->colls_step) loop->colls = cc1, loop->colls_step = s;
+    if (!loop->colls_step) loop->colls = cc1, loop->colls_step = s, loop->gemm_flops = rt_matmul_flops() - f0;
     else if (!loop->colls_varied && memcmp(&cc1, &loop->colls, sizeof cc1) != 0) loop->colls_varied = s;
     rt_fault_after_step(r);
     rt_run_check_device_flags(r, "training");

@@ -106,6 +106,7 @@ typedef struct {
   RtCollCounts colls;   /* what the first step's collectives moved on this rank (ops/coll_count.h) */
   int64_t colls_step;   /* that step (0: none ran) */
   int64_t colls_varied; /* a later step whose collectives differed from it (0: none) */
+  uint64_t gemm_flops;  /* the first step's matmul FLOPs on this rank (ops/ops.h rt_matmul_flops) */
 } RtLoop;
 
 /* What one step printed and logged. */
