@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/codegen/claims.sh — what `shardc plan` claims about a rank, bit for bit against what the trainer
 # does (docs/performance.md "Claims against runs (session 33 audit)"), on five layouts of tiny (2 and 4
-# ranks, 2 steps each): ZeRO-3 with accumulation, tp + sp, pp zb, cp ring, dp x tp.
+# ranks, 2 steps each): ZeRO-3 with accumulation, tp + sp, pp zb, cp ring, pp x dp with ZeRO-1.
 #   collectives: every rank counts its step's collectives by group and kind, calls and bytes
 #     (runtime/ops/coll_count.c) and checks them against its pipeline stage's in the plan (codegen writes
 #     them, RtProgram.coll_plan): "as planned", no rank warning; without pp rank 0's calls and bytes are the
@@ -9,6 +9,9 @@
 #   memory: the allocation is the plan's total (bytes); the parameters and the optimizer state the ranks
 #     hold (the tensor table) are the plan's classes exactly (under pp: the stage whose peak the plan's
 #     table is, the worst); the inputs are the class less its 64-byte alignment (under 64 B each).
+#   FLOPs: without pp, the matmuls a rank runs a step (counted in rt_matmul_*) are 7/8 of the plan's model
+#     FLOPs per rank (tiny: attention is 32768 of the 262144 a token), so the FLOPs per token the trainer's MFU
+#     divides by are the model's (pp x dp had 2.56x them: ir/flops.c, tests/report/flops.sh).
 #   and the check can fail: with one all-reduce per bucket member (SHARDRT_DP_COMM=member) the counts
 #     differ from the plan, and the trainer says so.
 # Usage: tests/codegen/claims.sh SHARDC
@@ -37,6 +40,13 @@ check() {
     local want
     want=$(awk '/^#   total / && $4 != "B" { print $3 }' "$plan")
     [ "$calls" = "$want" ] || fail "$name: rank 0 ran $calls collectives a step, the plan's table says $want"
+  fi
+  if [ $pipeline = 0 ]; then
+    local fl mm model
+    fl=$(grep '^matmul FLOPs a step (rank 0' "$log") || fail "$name: no matmul FLOPs line"
+    mm=$(sed -n 's/.*counted): \([0-9]*\);.*/\1/p' <<<"$fl")
+    model=$(sed -n 's/.*: \([0-9]*\)$/\1/p' <<<"$fl")
+    [ -n "$mm" ] && [ $((mm * 8)) = $((model * 7)) ] || fail "$name: $fl (want the matmuls 7/8 of the model FLOPs)"
   fi
   # memory: the plan's classes (exact bytes) against the worst stage's (or rank 0's) tensors
   local p o i total stage=0
@@ -70,7 +80,7 @@ check z3_accum 2 -D dp=2 -D zero=3 -D batch=32
 check tp2_sp 2 -D dp=1 -D tp=2 -D sp=on
 check pp2_zb 2 -D dp=1 -D pp=2 -D batch=32 -D schedule=zb
 check cp2 2 -D dp=1 -D cp=2
-check dp2_tp2 4 -D dp=2 -D tp=2
+check pp2dp2_z1 4 -D dp=2 -D pp=2 -D batch=64 -D zero=1
 
 # the check fails where the runtime runs other collectives than the plan's
 SHARDRT_DP_COMM=member "${mpi[@]}" -np 2 "$t/t_z3_accum" --data "$t/data.txt" --steps 1 --eval-every 0 --save-to '' \
