@@ -1,5 +1,6 @@
 /* runtime/ops/ops.c — generic CPU kernels for the IR's shape and elementwise ops. */
 #include "ops.h"
+#include "reduce_kind.h"
 
 #include "kernels/kernels.h"
 
@@ -85,11 +86,12 @@ void rt_silu_bwd_f32(float *dx, const float *x, const float *dy, int64_t n) { rt
 void rt_reduce_to_f32(float *y, const RtShape *ys, const float *x, const RtShape *xs) {
   int64_t n = numel(xs), ny = numel(ys);
   int64_t inner = ys->rank ? ys->dim[ys->rank - 1] : 1;
-  if (ny == n) {
+  RtReduceKind kind = rt_reduce_kind(xs->rank, xs->dim, ys->rank, ys->dim); /* (the cost model prices the same) */
+  if (kind == RT_REDUCE_COPY) {
     memcpy(y, x, (size_t)n * sizeof(float));
     return;
   }
-  if (ys->rank >= 1 && ny == inner && xs->rank >= 1 && xs->dim[xs->rank - 1] == inner) { /* bias grads */
+  if (kind == RT_REDUCE_BIAS) { /* bias grads */
     /* each column summed in double over the rows in order; a block of columns at a time, row by row
      * (contiguous, vectorised) rather than one column at a time down the rows (strided) */
     enum { CB = 256 };
@@ -108,7 +110,7 @@ void rt_reduce_to_f32(float *y, const RtShape *ys, const float *x, const RtShape
     }
     return;
   }
-  if (n % ny == 0 && trailing(xs, ys)) { /* y is x's trailing dims (a position embedding's grad): in f32, in order */
+  if (kind == RT_REDUCE_TRAILING) { /* y is x's trailing dims (a position embedding's grad): in f32, in order */
     int64_t outer = n / ny;
 #pragma omp parallel for if (n > 65536) schedule(static)
     for (int64_t j0 = 0; j0 < ny; j0 += 1024) {
