@@ -15,8 +15,11 @@
 #   and the check can fail: with one all-reduce per bucket member (SHARDRT_DP_COMM=member) the counts
 #     differ from the plan, and the trainer says so.
 # Usage: tests/codegen/claims.sh SHARDC
-source "$(dirname "$0")/../lib.sh"
-shardc=$(abspath "$1")
+set -euo pipefail
+shardc=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+# shellcheck source=tests/lib.sh
+source tests/lib.sh
 corpus 40000
 
 # check NAME NP DEFINES...
