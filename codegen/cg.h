@@ -195,5 +195,7 @@ Value *cg_find_source(const Graph *g, OpKind op, const char *name);
 Value cg_trainer_view(const Graph *g, const Value *v);
 /* Writes `tensors[]` (and `logits_tensor` when logits is given); returns the table's length. */
 int cg_emit_tensor_table(Cg *c, const Value *logits);
+/* The plan's collectives per step, per pipeline stage: `coll_plan[]` (emit_coll.c); returns its stages (0: none). */
+int cg_emit_coll_plan(Cg *c);
 
 #endif

@@ -718,6 +718,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
 
   bool describe_logits = (multi || c.t->logits_tensor) && logits;
   int ntensors = cg_emit_tensor_table(&c, describe_logits ? logits : NULL);
+  int coll_stages = cg_emit_coll_plan(&c);
 
   const Recipe *rc = &m->recipe;
   static const char *opt[] = {[OPT_SGD] = "RT_OPT_SGD", [OPT_ADAMW] = "RT_OPT_ADAMW"};
@@ -742,6 +743,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(f, "  .vocab = %" PRId64 ",\n  .vocab_padded = %" PRId64 ",\n  .byte_level = %d,\n", vocab, V, vocab == 256);
   fprintf(f, "  .nparams = %" PRId64 ",\n  .flops_per_token = %.17g,\n", ir_param_count(m), ir_flops_per_token(m, true));
   fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", ntensors);
+  if (coll_stages) fprintf(f, "  .coll_plan = coll_plan,\n  .coll_plan_stages = %d,\n", coll_stages);
   fprintf(f, "  .logits_offset = %" PRId64 ",\n", logits ? logits->offset : (int64_t)-1);
   if (describe_logits) fprintf(f, "  .logits_tensor = &logits_tensor,\n");
   fprintf(f, "  .recipe = {.optimizer = %s, .lr = %.17g, .min_lr = %.17g, .lr_schedule = %s, .warmup = %" PRId64

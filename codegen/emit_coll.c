@@ -192,3 +192,29 @@ void emit_p2p(Cg *c, Node *n) {
           n->a.tag);
   add_wait(c, n, c->pos, tag);
 }
+
+/* The plan's collectives per step of each pipeline stage's ranks (ir_comm_stage_volumes) as
+ * `coll_plan[]`, which the trainer checks its counted collectives against (runtime/train/log.c);
+ * returns the stages, 0 for a single-rank program (no table). */
+int cg_emit_coll_plan(Cg *c) {
+  const Module *m = c->m;
+  if (!m->mesh || m->mesh->world <= 1) return 0;
+  int nst = ir_comm_stages(m);
+  CommVolumes *vs = malloc((size_t)nst * sizeof *vs);
+  if (!vs) die("codegen: out of memory");
+  ir_comm_stage_volumes(m, vs);
+  fprintf(c->f, "static const int64_t coll_plan[] = { /* [stage][group][kind]: count, bytes (ir/commreport.h) */\n");
+  for (int st = 0; st < nst; st++)
+    for (int r = 0; r < IR_COMM_ROWS; r++) {
+      fprintf(c->f, " ");
+      for (int k = 0; k < CK_COUNT; k++)
+        fprintf(c->f, " %" PRId64 ", %" PRId64 ",", vs[st].cell[r][CR_FORWARD][k].count + vs[st].cell[r][CR_BACKWARD][k].count +
+                                                    vs[st].cell[r][CR_OPTIMIZER][k].count,
+                vs[st].cell[r][CR_FORWARD][k].bytes + vs[st].cell[r][CR_BACKWARD][k].bytes +
+                    vs[st].cell[r][CR_OPTIMIZER][k].bytes);
+      fprintf(c->f, "\n");
+    }
+  fprintf(c->f, "};\n\n");
+  free(vs);
+  return nst;
+}

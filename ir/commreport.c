@@ -10,8 +10,6 @@
 #include "ptrmap.h"
 
 const char *const ir_comm_region_names[CR_COUNT] = {"forward", "backward", "optimizer"};
-const char *const ir_comm_kind_names[CK_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                                  "send/recv", "all_to_all"};
 
 static int64_t value_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
@@ -372,9 +370,16 @@ static void volumes_of(const Module *m, CommVolumes *vs, int nst) {
 /* Under pp each rank runs one stage's nodes (Node.stage, stageset): a rank's volumes are its stage's,
  * and the report's are the busiest stage's (the most time on the links, or without a topology the
  * most bus traffic). Summing every stage's nodes counted a pipeline's layer collectives pp times. */
-void ir_comm_volumes(const Module *m, CommVolumes *v) {
+int ir_comm_stages(const Module *m) {
   int nst = m->pipe && m->mesh && m->mesh->dim[RT_AX_PP] > 1 ? m->mesh->dim[RT_AX_PP] : 1; /* (the pp ranks) */
   if (nst > 64) die("commreport: %d pipeline stages (Node.stageset holds 64)", nst);
+  return nst;
+}
+
+void ir_comm_stage_volumes(const Module *m, CommVolumes *vs) { volumes_of(m, vs, ir_comm_stages(m)); }
+
+void ir_comm_volumes(const Module *m, CommVolumes *v) {
+  int nst = ir_comm_stages(m);
   CommVolumes *vs = malloc((size_t)nst * sizeof *vs);
   if (!vs) die("commreport: out of memory");
   volumes_of(m, vs, nst);
@@ -418,6 +423,14 @@ static const char *link_label(char *buf, size_t size, const Module *m, const Com
   return buf;
 }
 
+/* What the trainer adds outside the program (ops/coll_count.h RT_TRAINER_FLAGS): said, so that the table's
+ * collectives are what the trainer counts and checks (RtProgram.coll_plan) and nothing is left out. */
+static void trainer_note(FILE *f, const Module *m) {
+  if (!m->mesh || m->mesh->world <= 1) return;
+  fprintf(f, "#   and the trainer's own, after each step: one all_reduce of %d B over the world's %d ranks (they agree "
+             "on non-finite values and stops)\n", RT_TRAINER_FLAGS * 4, m->mesh->world);
+}
+
 void ir_print_comm(FILE *f, const Module *m) {
   CommVolumes v;
   ir_comm_volumes(m, &v);
@@ -431,6 +444,7 @@ void ir_print_comm(FILE *f, const Module *m) {
             v.nstages);
   if (v.total_count == 0) {
     fprintf(f, "#   none\n");
+    trainer_note(f, m);
     return;
   }
   fprintf(f, "#   bytes: all_reduce its buffers; reduce_scatter / all_gather the full buffer; bus traffic: ring "
@@ -461,6 +475,7 @@ void ir_print_comm(FILE *f, const Module *m) {
   }
   fprintf(f, "#   %-5s %5s  %-24s %-9s  %-14s %7lld %12s %12s\n", "total", "", "", "", "", (long long)v.total_count, "",
           ir_human_bytes(b2, sizeof b2, v.total_bus_bytes));
+  trainer_note(f, m);
   fprintf(f, "# per link class, per rank, per step (time: bus traffic at the link's bandwidth, plus its latency per "
              "ring step)\n");
   fprintf(f, "#   %-12s %12s %11s   %s\n", "link", "bus traffic", "time", "bandwidth");

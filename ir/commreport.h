@@ -27,11 +27,16 @@
 #include <stdio.h>
 
 #include "module.h"
+#include "ops/coll_count.h"
 
 typedef enum { CR_FORWARD, CR_BACKWARD, CR_OPTIMIZER, CR_COUNT } CommRegion;
-typedef enum { CK_ALL_REDUCE, CK_REDUCE_SCATTER, CK_ALL_GATHER, CK_BROADCAST, CK_SEND_RECV, CK_ALL_TO_ALL, CK_COUNT } CommKind;
+/* the runtime's order (runtime/ops/coll_count.h RT_CK_*: what the trainer counts, checked against the plan) */
+typedef enum {
+  CK_ALL_REDUCE = RT_CK_ALL_REDUCE, CK_REDUCE_SCATTER = RT_CK_REDUCE_SCATTER, CK_ALL_GATHER = RT_CK_ALL_GATHER,
+  CK_BROADCAST = RT_CK_BROADCAST, CK_SEND_RECV = RT_CK_SEND_RECV, CK_ALL_TO_ALL = RT_CK_ALL_TO_ALL, CK_COUNT = RT_CK_COUNT
+} CommKind;
 extern const char *const ir_comm_region_names[CR_COUNT]; /* "forward", "backward", "optimizer" */
-extern const char *const ir_comm_kind_names[CK_COUNT];   /* "all_reduce", ... */
+#define ir_comm_kind_names rt_coll_kind_names /* "all_reduce", ... (the runtime's names) */
 
 typedef struct {
   int64_t count;    /* collectives per step */
@@ -41,7 +46,7 @@ typedef struct {
 
 /* The groups the volumes are counted by: one per mesh axis (indexed by MeshAxis), then the
  * group over dp x cp (IR_COMM_DPCP: the gradient all-reduce of Attrs.mesh_with). */
-enum { IR_COMM_DPCP = RT_AX_COUNT, IR_COMM_ROWS };
+enum { IR_COMM_DPCP = RT_CC_DPCP, IR_COMM_ROWS = RT_CC_ROWS }; /* the runtime counts by the same rows */
 typedef struct {
   int group_size[IR_COMM_ROWS];                     /* ranks per group of each mesh axis */
   bool across_nodes[IR_COMM_ROWS];                  /* some group of the axis spans nodes */
@@ -88,6 +93,11 @@ const char *ir_comm_row_name(int row);
 void ir_comm_note(char *buf, size_t size, const Module *m, const Node *n);
 /* The per-step volumes of m's graph, per rank: under pp, of the busiest stage's ranks (CommVolumes.stage). */
 void ir_comm_volumes(const Module *m, CommVolumes *out);
+/* The pipeline stages whose ranks run different collectives (1: no pipeline), and the volumes of each
+ * stage's ranks (vs[ir_comm_stages(m)]): what codegen writes into the trainer for it to check its
+ * counted collectives against (RtProgram.coll_plan). */
+int ir_comm_stages(const Module *m);
+void ir_comm_stage_volumes(const Module *m, CommVolumes *vs);
 /* Only the groups of ir_comm_volumes (group_size, across_nodes, members_per_node, link, side_link; stage -1,
  * nstages 1), volumes zero: what timing one collective needs (passes/cost.c), without the graph's walk. */
 void ir_comm_groups(const Module *m, CommVolumes *out);

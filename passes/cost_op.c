@@ -9,6 +9,7 @@
 #include "kernels/kernels.h" /* rt_attn_scores: the CPU attention's blocks */
 #include "memplan.h"
 #include "memplan_views.h"
+#include "ops/reduce_kind.h" /* rt_reduce_kind: the runtime's loop of a sum */
 #include "passes.h" /* fuse_sumsq_*, fuse_ce_partner */
 
 /* Fractions of the topology's peak figures a step reaches when nothing was measured (the figures
@@ -133,11 +134,15 @@ static int cpu_elem(const Node *n, double *count) {
     return COST_EL_XENT;
   case OP_REDUCE_SUM: {
     const Shape *x = &n->in[0]->shape;
-    int64_t nx = ir_numel(x);
-    *count = (double)nx;
-    if (nx == ny) return -1; /* a copy */
-    bool bias = y->rank >= 1 && ny == inner && x->rank >= 1 && x->dim[x->rank - 1] == inner;
-    return bias ? COST_EL_FLAT : COST_EL_REDUCE;
+    *count = (double)ir_numel(x);
+    (void)inner;
+    /* rt_reduce_to_f32's loop: a bias's and a trailing sum's are contiguous rows (the trailing one was priced
+     * as the per-element indexed loop: tiny cp 2's sums over the ring blocks 26 ms a step for ~1) */
+    switch (rt_reduce_kind(x->rank, x->dim, y->rank, y->dim)) {
+    case RT_REDUCE_COPY: return -1;
+    case RT_REDUCE_BIAS: case RT_REDUCE_TRAILING: return COST_EL_FLAT;
+    default: return COST_EL_REDUCE;
+    }
   }
   default: return -1;
   }

@@ -27,8 +27,13 @@
 #include "passes.h"
 #include "ptrmap.h"
 
+/* A sum all-reduce this pass may move and bucket: not one over the pipeline's stages (the loss's sum over
+ * them, the tied parameters' gradients: few, and not the gradients whose reduction overlaps the backward).
+ * Bucketed, the loss's sum over pp went into one all-reduce with the tied embedding's gradient at pp x dp:
+ * the loss then depended on the backward, whose FLOPs ir/flops.c counted as the forward's (tiny pp 2 x dp 2:
+ * 2.015 MFLOP a token for 0.786, MFU inflated as much) and whose 64 KiB the traffic report put in the forward. */
 static bool is_dp_reduce(const Node *n) {
-  return n->op == OP_ALL_REDUCE && n->a.reduce == RED_SUM;
+  return n->op == OP_ALL_REDUCE && n->a.reduce == RED_SUM && !(n->a.mesh_axis == RT_AX_PP && !n->a.mesh_with);
 }
 
 static int64_t value_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }

@@ -118,6 +118,10 @@ typedef struct {
   const int *stage_rows;    /* uneven pipeline stages: the layers of each pp stage (the dims split RT_BLOCKS_STAGES,
                                runtime/mesh.h; interleaved: of each virtual stage); NULL: none */
   int stage_chunks;         /* ... interleaved: the chunks per stage (the mesh's stage_chunks); 0: one */
+  const int64_t *coll_plan;  /* the plan's collectives per step of each pipeline stage's ranks (ir/commreport.h):
+                               [coll_plan_stages][RT_CC_ROWS][RT_CK_COUNT] pairs (count, bytes) as runtime/ops/coll_count.h
+                               counts them; the trainer checks its counts against its stage's; NULL: none */
+  int coll_plan_stages;     /* 1 without a pipeline */
 } RtProgram;
 
 /* The host allocation of a device program with host_bytes (zeroed, pinned on a GPU); NULL without. */

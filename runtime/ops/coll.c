@@ -8,6 +8,7 @@
  * packing are the device's (enqueued block copies), its groups may be the device's (NCCL), and
  * a collective the device orders is not waited for on the host but kept until rt_coll_reap. */
 #include "coll.h"
+#include "coll_count.h"
 #include "coll_internal.h"
 
 #include <stdbool.h>
@@ -135,6 +136,7 @@ void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n,
     fprintf(stderr, "shardrt: all_reduce of %s is not supported (f32 and bf16 are)\n", rt_dtype_name((RtDType)dtype));
     exit(1);
   }
+  rt_coll_count(axis, RT_CK_ALL_REDUCE, n * (int64_t)rt_dtype_size((RtDType)dtype));
   double t0 = now();
   complete(ctx, rt_all_reduce_start(g, x, y, (size_t)n, (RtDType)dtype, (RtRedOp)red));
   spent(ctx, "all_reduce", axis, t0);
@@ -213,6 +215,11 @@ static RtGroup *bucket_prepare(RtCtx *ctx, int axis, void *const *ys, const void
     counts[i] = (size_t)ns[i];
   }
   pend.copy_s += now() - t0;
+  if (g) {
+    int64_t b = 0;
+    for (int i = 0; i < count; i++) b += ns[i] * (int64_t)es;
+    rt_coll_count(axis, RT_CK_ALL_REDUCE, b);
+  }
   if (g && dtype != RT_F32 && dtype != RT_BF16) {
     fprintf(stderr, "shardrt: all_reduce of %s is not supported (f32 and bf16 are)\n", rt_dtype_name((RtDType)dtype));
     exit(1);
@@ -352,6 +359,7 @@ void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t ou
     return;
   }
   int deg = rt_group_size(g);
+  rt_coll_count(axis, RT_CK_ALL_GATHER, (int64_t)(count * (size_t)deg * esize));
   size_t words = count * (size_t)deg;
   RtDType mt = move_dtype(dtype, &words);
   double t0 = now();
@@ -386,6 +394,7 @@ void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_
     exit(1);
   }
   int deg = rt_group_size(g);
+  rt_coll_count(axis, RT_CK_REDUCE_SCATTER, (int64_t)(count * (size_t)deg * esize));
   double t0 = now();
   if (contiguous(outer, blocks)) {
     complete(ctx, rt_reduce_scatter_start(g, x, y, count * (size_t)deg, (RtDType)dtype, RT_SUM));
@@ -412,6 +421,7 @@ void rt_coll_reduce_scatter_start(RtCtx *ctx, int axis, int tag, void *y, const 
       (dtype != RT_F32 && dtype != RT_BF16))
     return rt_coll_reduce_scatter(ctx, axis, y, x, outer, nl, inner, blocks, dtype, ws);
   size_t count = (size_t)(nl * inner) * (size_t)rt_group_size(g);
+  rt_coll_count(axis, RT_CK_REDUCE_SCATTER, (int64_t)(count * rt_dtype_size((RtDType)dtype)));
   double t0 = now();
   pend_started(ctx, rt_reduce_scatter_start(g, x, y, count, (RtDType)dtype, RT_SUM), tag, "reduce_scatter start", axis,
                t0);
@@ -424,6 +434,7 @@ void rt_coll_all_gather_start(RtCtx *ctx, int axis, int tag, void *y, const void
   if (dev || !g || !contiguous(outer, blocks) || mode == MODE_BLOCKING || mode == MODE_MEMBER)
     return rt_coll_all_gather(ctx, axis, y, x, outer, nl, inner, blocks, dtype, ws);
   size_t words = (size_t)(nl * inner) * (size_t)rt_group_size(g);
+  rt_coll_count(axis, RT_CK_ALL_GATHER, (int64_t)(words * rt_dtype_size((RtDType)dtype)));
   RtDType mt = move_dtype(dtype, &words);
   double t0 = now();
   pend_started(ctx, rt_all_gather_start(g, x, y, words, mt), tag, "all_gather start", axis, t0);
@@ -434,6 +445,7 @@ void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, 
   size_t bytes = (size_t)n * rt_dtype_size((RtDType)dtype);
   move(ctx, y, x, bytes);
   if (!g) return;
+  rt_coll_count(axis, RT_CK_BROADCAST, (int64_t)bytes);
   size_t words = (size_t)n;
   RtDType mt = move_dtype(dtype, &words);
   double t0 = now();
@@ -463,6 +475,8 @@ void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x,
     move(ctx, y, x, (size_t)bytes);
     return;
   }
+  rt_coll_count(axis, RT_CK_SEND_RECV, bytes); /* the send */
+  rt_coll_count(axis, RT_CK_SEND_RECV, bytes); /* the receive */
   double t0 = now();
   void *h = dev_shift(ctx, g, axis, offset, y, x, bytes);
   if (h) { /* the device's later work waits for it, the host goes on */
@@ -534,6 +548,8 @@ void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y,
   RtGroup *g = group_of(ctx, axis);
   void *h = g && !cp_blocking() ? dev_shift(ctx, g, axis, offset, y, x, bytes) : NULL;
   if (h) { /* a GPU: in flight on the comm stream while the compute stream goes on, until the wait */
+    rt_coll_count(axis, RT_CK_SEND_RECV, bytes);
+    rt_coll_count(axis, RT_CK_SEND_RECV, bytes);
     if (dshift.n == dshift.cap && !(dshift.p = realloc(dshift.p, (size_t)(dshift.cap += 16) * sizeof *dshift.p))) {
       fprintf(stderr, "shardrt: out of memory\n");
       exit(1);
@@ -548,6 +564,8 @@ void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y,
     ring_exposed(ctx, now() - t0);
     return;
   }
+  rt_coll_count(axis, RT_CK_SEND_RECV, bytes);
+  rt_coll_count(axis, RT_CK_SEND_RECV, bytes);
   int to, from;
   ring_peers(ctx, g, axis, offset, &to, &from);
   pend_push(rt_recv_start(g, from, y, (size_t)bytes, msg_tag), -1 - tag, t0);
@@ -591,6 +609,7 @@ void rt_coll_all_to_all(RtCtx *ctx, int axis, void *y, const void *x, int rank, 
     return;
   }
   int deg = rt_group_size(g), me = rt_ctx_coord(ctx, axis);
+  rt_coll_count(axis, RT_CK_ALL_TO_ALL, (int64_t)bytes);
   if (xdims[split] % deg != 0) {
     fprintf(stderr, "shardrt: all-to-all over %s: dim %d of size %lld does not split %d ways (a bug in the generated "
             "program)\n", rt_mesh_axis_name(axis), split, (long long)xdims[split], deg);
@@ -680,6 +699,7 @@ static RtGroup *p2p_group(RtCtx *ctx, int axis, int64_t offset, int *peer) {
 void rt_coll_send(RtCtx *ctx, int axis, int64_t offset, const void *x, int64_t bytes, int tag) {
   int peer;
   RtGroup *g = p2p_group(ctx, axis, offset, &peer);
+  rt_coll_count(axis, RT_CK_SEND_RECV, bytes);
   double t0 = now();
   reap_sends(0);
   if (sends.n == sends.cap) {
@@ -720,6 +740,7 @@ void rt_coll_send(RtCtx *ctx, int axis, int64_t offset, const void *x, int64_t b
 void rt_coll_recv(RtCtx *ctx, int axis, int64_t offset, void *y, int64_t bytes, int tag) {
   int peer;
   RtGroup *g = p2p_group(ctx, axis, offset, &peer);
+  rt_coll_count(axis, RT_CK_SEND_RECV, bytes);
   double t0 = now();
   RtReq *r = rt_recv_start(g, peer, y, (size_t)bytes, tag);
   if (dev && dev->then(ctx, r)) { /* a GPU: its later work waits for the receive, the host goes on */

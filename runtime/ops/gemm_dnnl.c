@@ -214,12 +214,14 @@ const char *rt_matmul_bf16_impl(void) { return "f32 sgemm on bf16-rounded inputs
 
 void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
                        int64_t n, int64_t k, int ta, int tb, int b_batched) {
+  rt_matmul_count(batch, m, n, k);
   matmul_bf16(y, a, a_bf16, b, b_bf16, batch, m, n, k, ta, tb, b_batched, 0);
 }
 
 void rt_matmul_bf16_acc_in(float *y, const float *c, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch,
                            int64_t m, int64_t n, int64_t k, int ta, int tb, int b_batched) {
   if (y != c) memmove(y, c, (size_t)(batch * m * n) * sizeof(float));
+  rt_matmul_count(batch, m, n, k);
   matmul_bf16(y, a, a_bf16, b, b_bf16, batch, m, n, k, ta, tb, b_batched, 1);
 }
 

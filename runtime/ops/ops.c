@@ -1,5 +1,6 @@
 /* runtime/ops/ops.c — generic CPU kernels for the IR's shape and elementwise ops. */
 #include "ops.h"
+#include "reduce_kind.h"
 
 #include "kernels/kernels.h"
 
@@ -85,11 +86,12 @@ void rt_silu_bwd_f32(float *dx, const float *x, const float *dy, int64_t n) { rt
 void rt_reduce_to_f32(float *y, const RtShape *ys, const float *x, const RtShape *xs) {
   int64_t n = numel(xs), ny = numel(ys);
   int64_t inner = ys->rank ? ys->dim[ys->rank - 1] : 1;
-  if (ny == n) {
+  RtReduceKind kind = rt_reduce_kind(xs->rank, xs->dim, ys->rank, ys->dim); /* (the cost model prices the same) */
+  if (kind == RT_REDUCE_COPY) {
     memcpy(y, x, (size_t)n * sizeof(float));
     return;
   }
-  if (ys->rank >= 1 && ny == inner && xs->rank >= 1 && xs->dim[xs->rank - 1] == inner) { /* bias grads */
+  if (kind == RT_REDUCE_BIAS) { /* bias grads */
     /* each column summed in double over the rows in order; a block of columns at a time, row by row
      * (contiguous, vectorised) rather than one column at a time down the rows (strided) */
     enum { CB = 256 };
@@ -108,7 +110,7 @@ void rt_reduce_to_f32(float *y, const RtShape *ys, const float *x, const RtShape
     }
     return;
   }
-  if (n % ny == 0 && trailing(xs, ys)) { /* y is x's trailing dims (a position embedding's grad): in f32, in order */
+  if (kind == RT_REDUCE_TRAILING) { /* y is x's trailing dims (a position embedding's grad): in f32, in order */
     int64_t outer = n / ny;
 #pragma omp parallel for if (n > 65536) schedule(static)
     for (int64_t j0 = 0; j0 < ny; j0 += 1024) {
@@ -184,13 +186,23 @@ void rt_mean_f32(float *y, const float *x, int64_t n) { y[0] = (float)(n ? rt_su
 
 void rt_sumsq_f32(float *y, const float *x, int64_t n) { y[0] = (float)rt_sumsq(n, x); }
 
+static uint64_t matmul_flops; /* every thread's (rt_par_for may run GEMMs on several) */
+
+uint64_t rt_matmul_flops(void) { return __atomic_load_n(&matmul_flops, __ATOMIC_RELAXED); }
+
+void rt_matmul_count(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  __atomic_fetch_add(&matmul_flops, (uint64_t)(2 * batch * m * n * k), __ATOMIC_RELAXED);
+}
+
 void rt_matmul_f32(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
                    int ta, int tb, int b_batched) {
+  rt_matmul_count(batch, m, n, k);
   rt_matmul(batch, b_batched ? batch : 1, m, n, k, ta, tb, a, b, 0.0f, y);
 }
 
 void rt_matmul_acc_f32(float *y, const float *c, const float *a, const float *b, int64_t batch, int64_t m, int64_t n,
                        int64_t k, int ta, int tb, int b_batched) {
   if (y != c) memmove(y, c, (size_t)(batch * m * n) * sizeof(float));
+  rt_matmul_count(batch, m, n, k);
   rt_matmul(batch, b_batched ? batch : 1, m, n, k, ta, tb, a, b, 1.0f, y);
 }

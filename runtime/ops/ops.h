@@ -72,6 +72,10 @@ void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b
  * f32 GEMM's beta 1); c copied into y first when it lives elsewhere (passes/gacc.c). */
 void rt_matmul_bf16_acc_in(float *y, const float *c, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch,
                            int64_t m, int64_t n, int64_t k, int ta, int tb, int b_batched);
+/* The FLOPs (2 x batch x m x n x k each) the rt_matmul_* entry points above have run in this process, every
+ * thread's: what the trainer reports a step against the plan's FLOPs (runtime/train/log.c). */
+uint64_t rt_matmul_flops(void);
+void rt_matmul_count(int64_t batch, int64_t m, int64_t n, int64_t k);
 /* The implementation this thread's last rt_matmul_bf16 ran (oneDNN's name, e.g.
  * "brg:avx512_core_bf16"), or a sentence when built without oneDNN. */
 const char *rt_matmul_bf16_impl(void);

@@ -9,6 +9,8 @@
 #include "../comm/comm.h"
 #include "../kernels/kernels.h"
 #include "../schedule.h"
+#include "../ops/coll.h" /* rt_ctx_coord */
+#include "files.h" /* rt_tensor_held */
 #include "run.h"
 
 static void json_num(FILE *f, const char *key, double v, const char *fmt) {
@@ -71,6 +73,27 @@ static void print_memory(const char *when, RtRun *r, int64_t base) {
     printf("; %s of it the local peers' memory mapped here (theirs, counted in their VmHWM too)", d);
   }
   printf("\n");
+}
+
+/* The bytes of the tensor table's tensors this rank holds in the plan's allocation, by kind: what the
+ * plan's classes "parameters" (with the bf16 copies), "optimizer state" and "inputs" hold at the peak. */
+static void print_held(RtRun *r) {
+  const RtProgram *p = r->p;
+  int64_t by[RT_T_COPY + 1] = {0};
+  int pp = p->mesh[RT_AX_PP] > 1 ? rt_ctx_coord(&r->ctx, RT_AX_PP) : 0;
+  for (int a = 0; a < RT_AX_COUNT; a++) /* rank 0, and under pp the first rank of each stage */
+    if (a != RT_AX_PP && p->mesh[a] > 1 && rt_ctx_coord(&r->ctx, a) != 0) return;
+  for (int i = 0; i < p->ntensors; i++) {
+    const RtTensor *t = &p->tensors[i];
+    if (!t->host && rt_tensor_held(p, t, pp)) by[t->kind] += rt_tensor_bytes(t);
+  }
+  char st[32] = "";
+  if (p->mesh[RT_AX_PP] > 1) snprintf(st, sizeof st, ", stage %d", pp);
+  printf("tensors held here (rank %d%s): parameters %lld B (bf16 copies %lld B of them), optimizer state %lld B, inputs "
+         "%lld B, results %lld B; the allocation %lld B as planned (+ %lld B kernel workspace)\n",
+         r->ctx.rank, st, (long long)(by[RT_T_PARAM] + by[RT_T_COPY]), (long long)by[RT_T_COPY], (long long)by[RT_T_STATE],
+         (long long)by[RT_T_INPUT], (long long)by[RT_T_RESULT], (long long)p->mem_bytes,
+         (long long)(p->workspace_bytes ? p->workspace_bytes() : 0));
 }
 
 void rt_log_init(RtRun *r, const RtLoop *loop) {
@@ -176,6 +199,7 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
              (long long)p->recipe.warmup, warm, r->ctx.threads, r->peak / 1e9, how);
     print_memory("at start", r, r->base_rss);
   }
+  print_held(r);
 }
 
 void rt_log_free(RtRun *r) {
@@ -266,4 +290,49 @@ void rt_log_done(RtRun *r, const RtLoop *loop) {
     printf("nothing to train: at step %lld of %lld\n", (long long)r->st.step, (long long)stop);
   }
   print_memory("at end", r, r->base_rss);
+}
+
+/* "dp all_reduce" for row g, kind k. */
+static void coll_name(char *buf, size_t n, int g, int k) {
+  snprintf(buf, n, "%s %s", rt_mesh_mask_name(rt_coll_row_mask(g)), rt_coll_kind_names[k]);
+}
+
+void rt_log_colls(RtRun *r, const RtLoop *loop) {
+  const RtProgram *p = r->p;
+  if (r->ctx.rank == 0 && loop->colls_step && !r->dev) /* (a device program's GEMMs are the device's) */
+    printf("matmul FLOPs a step (rank 0, step %lld, counted): %llu; the plan's model FLOPs a step per rank (3 x the "
+           "forward's matmuls and attention, over %d rank(s)): %.0f\n",
+           (long long)loop->colls_step, (unsigned long long)loop->gemm_flops, r->ctx.world > 0 ? r->ctx.world : 1,
+           p->flops_per_token * (double)(r->gbatch * r->gseq) / (r->ctx.world > 0 ? r->ctx.world : 1));
+  if (r->ctx.world <= 1 || !loop->colls_step) return;
+  const RtCollCounts *c = &loop->colls;
+  int64_t calls = 0, bytes = 0;
+  for (int g = 0; g < RT_CC_ROWS; g++)
+    for (int k = 0; k < RT_CK_COUNT; k++) calls += c->count[g][k], bytes += c->bytes[g][k];
+  int stage = p->coll_plan_stages > 1 ? rt_ctx_coord(&r->ctx, RT_AX_PP) : 0;
+  const int64_t *plan = p->coll_plan && stage < p->coll_plan_stages
+                            ? p->coll_plan + (size_t)stage * RT_CC_ROWS * RT_CK_COUNT * 2 : NULL;
+  char diff[1024] = "";
+  size_t len = 0;
+  for (int g = 0; plan && g < RT_CC_ROWS; g++)
+    for (int k = 0; k < RT_CK_COUNT; k++) {
+      const int64_t *want = plan + ((size_t)g * RT_CK_COUNT + (size_t)k) * 2;
+      if (want[0] == c->count[g][k] && want[1] == c->bytes[g][k]) continue;
+      char name[64];
+      coll_name(name, sizeof name, g, k);
+      if (len < sizeof diff)
+        len += (size_t)snprintf(diff + len, sizeof diff - len, "%s%s: %lld call(s), %lld B; planned %lld, %lld B",
+                                len ? "; " : "", name, (long long)c->count[g][k], (long long)c->bytes[g][k],
+                                (long long)want[0], (long long)want[1]);
+    }
+  if (r->ctx.rank == 0)
+    printf("collectives per step (rank 0, step %lld): %lld call(s), %lld bytes%s\n", (long long)loop->colls_step,
+           (long long)calls, (long long)bytes,
+           !plan ? " (the program holds no plan of them)" : len ? ": NOT as planned (below)" : ": as planned");
+  if (len)
+    fprintf(stderr, "warning: rank %d: the collectives of step %lld differ from the plan (pipeline stage %d): %s\n",
+            r->ctx.rank, (long long)loop->colls_step, stage, diff);
+  if (loop->colls_varied)
+    fprintf(stderr, "warning: rank %d: step %lld ran other collectives than step %lld (every step should run the "
+                    "same)\n", r->ctx.rank, (long long)loop->colls_varied, (long long)loop->colls_step);
 }

@@ -16,6 +16,7 @@
 
 #include "../comm/comm.h"
 #include "../kernels/kernels.h"
+#include "../ops/ops.h" /* rt_matmul_flops */
 #include "../rng.h"
 #include "run.h"
 #include "trace.h"
@@ -356,8 +357,9 @@ static void fmt_value(char *out, size_t n, double v) {
 enum { STEP_OK, STEP_SKIPPED, STEP_BAD };
 static int check_finite(RtRun *r, int64_t s, double loss, double gn, int *stop) {
   int bad_grad = r->gnorm && !isfinite(gn);
-  int f[4] = {r->o.skip && bad_grad, r->o.skip && !bad_grad, !isfinite(loss) || bad_grad, rt_stop_signal() != 0};
-  rt_dist_any_n(&r->ctx, f, 4);
+  int f[RT_TRAINER_FLAGS] = {r->o.skip && bad_grad, r->o.skip && !bad_grad, !isfinite(loss) || bad_grad,
+                             rt_stop_signal() != 0};
+  rt_dist_any_n(&r->ctx, f, RT_TRAINER_FLAGS);
   if (f[0] && f[1])
     rt_bug("rank %d: the ranks disagree on whether step %lld's gradients are finite (this rank's gradient norm is "
            "%g): some skipped the update and some applied it",
@@ -384,11 +386,19 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     rt_run_put_input(r, r->stepno, (double)opt_step);
     rt_fault_before_step(r, s);
     double t0 = rt_now(), c0 = r->ctx.comm_s;
+    RtCollCounts cc0, cc1;
+    rt_coll_counts(&cc0);
+    uint64_t f0 = rt_matmul_flops();
     if (r->dev && r->dev->run)
       r->dev->run(&r->ctx, p->step, r->mem);
     else
       p->step(r->mem, &r->ctx);
     if (r->dev) r->dev->sync(&r->ctx); /* the step's time is the device's */
+    rt_coll_counts(&cc1);
+    for (int g = 0; g < RT_CC_ROWS; g++)
+      for (int k = 0; k < RT_CK_COUNT; k++) cc1.count[g][k] -= cc0.count[g][k], cc1.bytes[g][k] -= cc0.bytes[g][k];
+    if (!loop->colls_step) loop->colls = cc1, loop->colls_step = s, loop->gemm_flops = rt_matmul_flops() - f0;
+    else if (!loop->colls_varied && memcmp(&cc1, &loop->colls, sizeof cc1) != 0) loop->colls_varied = s;
     rt_fault_after_step(r);
     rt_run_check_device_flags(r, "training");
     double dt = rt_now() - t0, dcomm = r->ctx.comm_s - c0;
@@ -521,6 +531,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
    * handler to its exit (mpirun ends the other ranks with SIGTERM once one exits non-zero) */
   if (!loop.stopped) rt_stop_uninstall();
   rt_log_done(r, &loop);
+  rt_log_colls(r, &loop);
   if (loop.stopped) {
     /* every rank's writer has finished and rank 0 has committed before any rank exits: under mpirun
      * the first rank to exit non-zero has the others killed */

@@ -18,6 +18,7 @@
 #define SHARDRT_TRAIN_RUN_H
 
 #include "../device.h"
+#include "../ops/coll_count.h"
 #include "train.h"
 
 #define DEFAULT_VAL_FRACTION 0.1 /* of the last training file, held out when there is no --val */
@@ -102,6 +103,10 @@ typedef struct {
   double last_val;      /* the last validation loss (NaN: none) */
   int64_t saved_at;     /* step of the last checkpoint written in the loop (-1: none) */
   int stopped;          /* the ranks agreed to stop on a signal (stop.c) after step `stop` */
+  RtCollCounts colls;   /* what the first step's collectives moved on this rank (ops/coll_count.h) */
+  int64_t colls_step;   /* that step (0: none ran) */
+  int64_t colls_varied; /* a later step whose collectives differed from it (0: none) */
+  uint64_t gemm_flops;  /* the first step's matmul FLOPs on this rank (ops/ops.h rt_matmul_flops) */
 } RtLoop;
 
 /* What one step printed and logged. */
@@ -226,6 +231,9 @@ void rt_log_free(RtRun *r);
 void rt_log_step(RtRun *r, const RtStepStats *s);
 void rt_log_eval(RtRun *r, int64_t step, double vloss);
 void rt_log_done(RtRun *r, const RtLoop *loop);
+/* The collectives a step ran on this rank (counted, loop->colls) against the plan's for its pipeline stage
+ * (RtProgram.coll_plan): rank 0 prints its line; a rank whose counts differ warns with what differs. */
+void rt_log_colls(RtRun *r, const RtLoop *loop);
 /* The run stopped on a signal (stop.c) after r->st.step: the line, and {"step", "stopped", ...} in --log. */
 void rt_log_stopped(RtRun *r);
 /* Model FLOP/s of the whole job (tokens/s over every rank) against the peak of every rank. */
