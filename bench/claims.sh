@@ -58,7 +58,7 @@ table() {
   local name np defs
   while read -r name np defs; do
     # shellcheck disable=SC2086
-    "$shardc" plan "$M" $defs --world "$np" >"p_$name.txt" 2>&1
+    "$shardc" plan "$M" $defs --world "$np" --bytes >"p_$name.txt" 2>&1
     # shellcheck disable=SC2086
     "$shardc" build "$M" $defs --world "$np" -o "t_$name" >/dev/null 2>&1 || { echo "| $name | build failed |"; continue; }
     mpirun -np "$np" "./t_$name" --data corpus.txt --steps 3 --eval-every 0 --save-to '' </dev/null >"r_$name.log" 2>&1

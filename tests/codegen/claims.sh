@@ -26,7 +26,7 @@ corpus 40000
 check() {
   local name=$1 np=$2 plan="$t/$1.plan" log="$t/$1.log"
   shift 2
-  "$shardc" plan models/tiny.model "$@" --world "$np" >"$plan" 2>&1 || fail "$name: shardc plan: $(tail -3 "$plan")"
+  "$shardc" plan models/tiny.model "$@" --world "$np" --bytes >"$plan" 2>&1 || fail "$name: shardc plan: $(tail -3 "$plan")"
   "$shardc" build models/tiny.model "$@" --world "$np" -o "$t/t_$name" >/dev/null 2>&1 || fail "$name: shardc build"
   "${mpi[@]}" -np "$np" "$t/t_$name" --data "$t/data.txt" --steps 2 --eval-every 0 --save-to '' </dev/null >"$log" 2>&1 ||
     fail "$name: the trainer failed: $(tail -5 "$log")"
