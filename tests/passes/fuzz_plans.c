@@ -16,7 +16,13 @@
  *     per micro-batch, sequence chunk or tp partial sum what one rank rounds once), each step from
  *     the same state (tb_equiv_steps_resumed: run on, a parameter on a bf16 rounding boundary makes
  *     the two programs' copies a step apart and the next gradients differ by bf16's own error; seed
- *     1002560, dp 2 x cp 4: 2.4e-6 after step 1, 7.9e-4 after step 2, its f32 program 7.8e-15).
+ *     1002560, dp 2 x cp 4: 2.4e-6 after step 1, 7.9e-4 after step 2, its f32 program 7.8e-15). There an
+ *     AdamW parameter's update that misses the bound is compared with the single rank's update applied
+ *     in fp64 to the partitioned program's gradient (itself compared within the bound): the update
+ *     lr * m / (sqrt(v) + eps) has slope up to lr / eps in a gradient element near eps, which amplifies
+ *     that element's error, small next to its tensor's largest, past 2^-12 of the parameter (seed
+ *     10926460, dp 2: b_proj's element 2.3e-6 off by 4e-9 moves the parameter 2.64e-4 of its largest;
+ *     the replay of the dp gradient: 0; tb.h tb_equiv_steps_resumed).
  * Anything else is a failure, printed with its reproducer (the seed, the source, the -D overrides).
  * The counts (rejected / compiled / proven equal) and the commonest rejections are printed at the
  * end; --min-equal PCT fails a run whose share of proven samples is below PCT (the generator must

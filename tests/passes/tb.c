@@ -289,6 +289,9 @@ bool tb_span(const Value *v, int64_t *lo, int64_t *hi) {
   return true;
 }
 
+static int compare_runs(const Graph *ref, const Interp *ri, const Interp *pi, const Interp *before, const char *what,
+                        int step, double tol, bool spread);
+
 int tb_equiv_micro(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, int64_t m,
                    const char *label, const char *what, double tol, bool replicas) {
   Tensor mtok = *tok, mtgt = *tgt;
@@ -316,14 +319,17 @@ static int equiv_two_steps(const Module *ref, const Module *pm, const Tensor *to
         break;
       }
     }
+    Interp *before = resume ? tb_resumed(ref, ri, NULL) : NULL; /* the state both programs start the step from */
     tb_feed_step(ri, tok, tgt, step);
     tb_feed_step(pi, ptok, ptgt, step);
     if (!interp_step(ri) || !interp_step(pi)) {
       fprintf(stderr, "FAIL %s %s: interpreter error at step %d\n", label, what, step);
       failures++;
+      if (before) interp_free(before);
       break;
     }
-    failures += tb_compare_runs(ref->graph, ri, pi, what, step, tol, replicas);
+    failures += compare_runs(ref->graph, ri, pi, before, what, step, tol, replicas);
+    if (before) interp_free(before);
   }
   interp_free(ri);
   interp_free(pi);
@@ -364,8 +370,107 @@ static int copy_rounds(const Interp *it, const char *name, const char *what, int
   return bad >= 0;
 }
 
+/* ---- an AdamW parameter's update, replayed on the partitioned program's gradient ---- */
+
+/* The top-level node of g whose output `out` is the result `name` (NULL: none). */
+static const Node *result_def(const Graph *g, const char *name, int out) {
+  for (int r = 0; r < g->nresults; r++)
+    if (g->result_names && g->result_names[r] && !strcmp(g->result_names[r], name)) {
+      const Node *n = g->results[r]->def;
+      return n->graph == g && out < n->nout && n->out[out] == g->results[r] ? n : NULL;
+    }
+  return NULL;
+}
+
+static const Value *result_value(const Graph *g, const char *name) {
+  for (int r = 0; r < g->nresults; r++)
+    if (g->result_names && g->result_names[r] && !strcmp(g->result_names[r], name)) return g->results[r];
+  return NULL;
+}
+
+/* u's ADAMW_UPDATE (attributes and all) applied by the interpreter to p, g, m, v and the hyper-parameters
+ * [lr, gscale, step]: the updated parameter and moments into out[3]. */
+static bool adamw_apply(const Node *u, const Tensor *p, const Tensor *g, const Tensor *m, const Tensor *v, double lr,
+                        double gscale, int step, Tensor *out) {
+  Arena a;
+  arena_init(&a);
+  Graph *gr = ir_graph_new(&a, NULL);
+  const Tensor *vals[5] = {p, g, m, v, NULL};
+  static const char *const names[5] = {"p", "g", "m", "v", "h"};
+  Tensor h = tensor_new(u->in[4]->dtype, u->in[4]->shape);
+  h.data[0] = lr, h.data[1] = gscale, h.data[2] = step;
+  vals[4] = &h;
+  Value *in[5];
+  for (int k = 0; k < 5; k++) in[k] = tb_input(gr, names[k], u->in[k]->dtype, vals[k]->shape);
+  Node *n = tb_node(gr, OP_ADAMW_UPDATE, 5, in, 3, &u->a);
+  for (int k = 0; k < 3; k++) ir_add_result(gr, n->out[k], NULL);
+  bool ok = interp_eval(gr, 5, names, vals, out);
+  tensor_free(&h);
+  arena_free(&a);
+  return ok;
+}
+
+static double max_abs_diff(const Tensor *a, const Tensor *b) {
+  double d = 0;
+  for (int64_t k = 0; k < ir_numel(&a->shape); k++) d = fmax(d, fabs(a->data[k] - b->data[k]));
+  return d;
+}
+
+/* bf16, AdamW: the relative error of the partitioned program's next:<p> (b) to the single rank's update
+ * applied in fp64 to the partitioned program's gradient, from the state both started the step from
+ * (`before`); -1 when it does not apply (no AdamW update of a PARAM reading the result grad:<p>, or a
+ * gradient that does not compare). See tb.h: the update amplifies a small gradient element's error by
+ * up to lr / eps, which the bound relative to the gradient's largest element does not cover. */
+static double adamw_replay_err(const Graph *ref, const Interp *ri, const Interp *pi, const Interp *before,
+                               const char *name, const Tensor *b, int step) {
+  const Node *u = result_def(ref, name, 0);
+  if (!u || u->op != OP_ADAMW_UPDATE || u->in[0]->def->op != OP_PARAM || u->in[2]->def->op != OP_STATE ||
+      u->in[3]->def->op != OP_STATE)
+    return -1;
+  char gname[300], mname[300], vname[300];
+  snprintf(gname, sizeof gname, "grad:%s", u->in[0]->def->a.name);
+  snprintf(mname, sizeof mname, "next:%s", u->in[2]->def->a.name);
+  snprintf(vname, sizeof vname, "next:%s", u->in[3]->def->a.name);
+  if (result_value(ref, gname) != u->in[1]) return -1; /* the update reads the compared gradient itself */
+  double err = -1;
+  Tensor p0 = {0}, m0 = {0}, v0 = {0}, gr = {0}, gp = {0}, pr = {0}, mr = {0}, vr = {0}, o[3] = {0}, q[3] = {0};
+  bool have = interp_get_logical(before, u->in[0]->def->a.name, &p0, NULL) &&
+              interp_get_logical(before, u->in[2]->def->a.name, &m0, NULL) &&
+              interp_get_logical(before, u->in[3]->def->a.name, &v0, NULL) && interp_get_logical(ri, gname, &gr, NULL) &&
+              interp_get_logical(pi, gname, &gp, NULL) && interp_get_logical(ri, name, &pr, NULL) &&
+              interp_get_logical(ri, mname, &mr, NULL) && interp_get_logical(ri, vname, &vr, NULL);
+  if (!have || !ir_shape_eq(&gr.shape, &gp.shape) || !ir_shape_eq(&pr.shape, &b->shape)) goto done;
+  /* the single rank's gradient scale (clipping), read back from its first moment at its largest gradient
+   * element: m' = beta1 m + (1 - beta1) gscale g */
+  int64_t n = ir_numel(&gr.shape), at = 0;
+  for (int64_t k = 0; k < n; k++) at = fabs(gr.data[k]) > fabs(gr.data[at]) ? k : at;
+  double gscale = gr.data[at] != 0 ? (mr.data[at] - u->a.beta1 * m0.data[at]) / ((1 - u->a.beta1) * gr.data[at]) : 1;
+  double scale = 0;
+  for (int64_t k = 0; k < n; k++) scale = fmax(scale, fabs(pr.data[k]));
+  if (!adamw_apply(u, &p0, &gr, &m0, &v0, TB_LR, gscale, step, o) || !adamw_apply(u, &p0, &gp, &m0, &v0, TB_LR, gscale, step, q))
+    goto done;
+  /* the replay must be the single rank's update: its own gradient gives its own results */
+  double self = fmax(max_abs_diff(&o[0], &pr) / fmax(scale, 1e-300),
+                     fmax(max_abs_diff(&o[1], &mr), max_abs_diff(&o[2], &vr) / fmax(1e-300, fabs(vr.data[at]))));
+  if (self > 1e-9) {
+    fprintf(stderr, "  (the AdamW replay of '%s' does not reproduce the single rank's update: %.3g)\n", name, self);
+    goto done;
+  }
+  err = scale > 0 ? max_abs_diff(&q[0], b) / scale : max_abs_diff(&q[0], b);
+done:
+  for (int k = 0; k < 3; k++) tensor_free(&o[k]), tensor_free(&q[k]);
+  Tensor *all[] = {&p0, &m0, &v0, &gr, &gp, &pr, &mr, &vr};
+  for (size_t k = 0; k < sizeof all / sizeof *all; k++) tensor_free(all[k]);
+  return err;
+}
+
 int tb_compare_runs(const Graph *ref, const Interp *ri, const Interp *pi, const char *what, int step, double tol,
                     bool spread) {
+  return compare_runs(ref, ri, pi, NULL, what, step, tol, spread);
+}
+
+static int compare_runs(const Graph *ref, const Interp *ri, const Interp *pi, const Interp *before, const char *what,
+                        int step, double tol, bool spread) {
   int failures = 0;
   double worst = 0, worst_spread = 0;
   const char *wname = "", *sname = "";
@@ -404,6 +509,13 @@ int tb_compare_runs(const Graph *ref, const Interp *ri, const Interp *pi, const 
     double scale = 0;
     for (int64_t k = 0; k < ir_numel(&a.shape); k++) scale = fabs(a.data[k]) > scale ? fabs(a.data[k]) : scale;
     double sr = scale > 0 ? sp / scale : sp;
+    double re = -1; /* the AdamW replay's error (bf16, resumed steps), where the direct comparison fails */
+    if (!(e <= tol) && before && !strncmp(name, "next:", 5)) re = adamw_replay_err(ref, ri, pi, before, name, &b, step);
+    if (re >= 0 && re <= tol && sr <= tol) {
+      fprintf(stderr, "  %s step %d: '%s' relative error %.3g, %.3g to the single rank's AdamW update of this gradient\n",
+              what, step, name, e, re);
+      e = re;
+    }
     if (e > worst || e != e) worst = e, wname = name;
     if (sr > worst_spread) worst_spread = sr, sname = name;
     if (!(e <= tol) || !(sr <= tol)) {
@@ -431,7 +543,7 @@ void tb_feed_step(Interp *it, const Tensor *tok, const Tensor *tgt, int step) {
   interp_set_input(it, -1, "tokens", tok);
   interp_set_input(it, -1, "targets", tgt);
   Tensor lr = tensor_new(DT_F32, ir_scalar_shape()), st = tensor_new(DT_F32, ir_scalar_shape());
-  lr.data[0] = 1e-2;
+  lr.data[0] = TB_LR;
   st.data[0] = step;
   interp_set_input(it, -1, "lr", &lr);
   if (interp_has_source(it, "step")) interp_set_input(it, -1, "step", &st); /* (AdamW's bias correction; SGD has none) */
