@@ -22,6 +22,13 @@
 # (names, dtypes, shapes: `shardc ckpt info`). The first two against the uninterrupted single-rank step 3 and validation loss, within the same tolerance
 # as the runs themselves: their step-2 state is the layout's or the single rank's, which the uninterrupted
 # comparison already holds within it, and one step more from either is the comparison's own step 3.
+# And three checks on a third of the samples each (drawn from the seed; the sample's line names them):
+#   a graceful stop: SIGTERM to one rank before a random step (1, 2 or 3 of 3), all ranks stopped after it with
+#     status 75 and its checkpoint committed, the resume bit-identical to the uninterrupted run (stop_check);
+#   --sample from the layout's step-3 checkpoint, by the layout and by the single rank: the same tokens
+#     (sample_check; f32 and the CPU target's bf16);
+#   the layout's step 2 resumed under another layout of the same model and recipe (drawn: `layouts`) for
+#     step 3 against the single rank's, within the tolerance (relayout_check).
 # Tolerance (relative, every loss): f32 1e-5, the multi-rank e2e tests' (tests/codegen/layouts.sh); bf16
 # 2^-10, the loss bound of the bf16 multi-rank e2e tests (u / 4, u = 2^-8: tests/e2e/cuda_multirank.sh).
 #
@@ -70,6 +77,56 @@ with open(path, "wb") as f:
     f.write(struct.pack("<%dH" % n, *[random.randrange(vocab) for _ in range(n)]))
 EOF
 }
+# layouts D SEED DP TP PP CP: other layouts of sample D's model and recipe (its single-rank program's source
+# with a parallel block of their own, the same global batch, drawn from SEED), in a random order: those of 2
+# or 4 ranks whose degrees are not the sample's (DP TP PP CP) and that pass the obvious checks (dp x the
+# micro-steps divide the batch, tp the heads and kv heads, 2 cp the sequence, pp at most the layers; stages
+# balanced by the cost model where pp does not divide them), each with its sp, schedule, ZeRO stage and
+# recompute drawn; writes D/l2_K.model, D/l2_K.args (shardc build's) and D/l2_K.plan (a line) for K = 0..
+# and prints how many (shardc refuses what it does not take: the caller tries the next)
+layouts() {
+  python3 - "$@" <<'PY'
+import itertools, random, re, sys
+d, seed, first = sys.argv[1], int(sys.argv[2]), tuple(int(x) for x in sys.argv[3:7])
+src = open(d + "/ref.model").read()
+args = open(d + "/ref.args").read().split("\n")
+defs = dict(args[i + 1].split("=", 1) for i in range(len(args) - 1) if args[i] == "-D")
+const = {k: int(v) for k, v in re.findall(r"(\w+) = (\d+)", re.search(r"const (.*)", src).group(1))}
+const.update((k, int(v)) for k, v in defs.items() if k in const)
+B = int(defs["batch"])
+rng = random.Random(seed * 7919 + 17)
+out = []
+for dp, tp, pp, cp in itertools.product((1, 2, 4), repeat=4):
+    if dp * tp * pp * cp not in (2, 4) or (dp, tp, pp, cp) == first:
+        continue
+    if const["heads"] % tp or const["kv_heads"] % tp or const["seq"] % (2 * cp) or const["layers"] < pp:
+        continue
+    ms = [m for m in ((pp, 2 * pp) if pp > 1 else (1, 2)) if B % (dp * m) == 0]
+    if not ms:
+        continue
+    m = rng.choice(ms)
+    blk = ["dp %d" % dp, "tp %d" % tp, "cp %d" % cp, "pp %d%s" % (pp, " layers(balanced)" if const["layers"] % pp else "")]
+    if tp > 1:
+        blk.append("sp %s" % rng.choice(("on", "off")))
+    if pp > 1:
+        blk.append("schedule %s" % rng.choice(("gpipe", "1f1b", "zb")))
+    if dp * cp > 1:
+        blk.append("zero %d" % rng.choice((0, 1, 2, 3)))
+    blk.append("recompute %s" % rng.choice(("none", "none", "selective", "full")))
+    out.append((dp * tp * pp * cp, blk, B // (dp * m)))
+rng.shuffle(out)
+for k, (world, blk, mb) in enumerate(out):
+    with open("%s/l2_%d.model" % (d, k), "w") as f:
+        f.write(src.replace("parallel {\n}", "parallel {\n  " + "\n  ".join(blk) + "\n}"))
+    with open("%s/l2_%d.args" % (d, k), "w") as f:
+        for key, v in defs.items():
+            f.write("-D\n%s=%s\n" % (key, mb if key == "micro_batch" else v))
+        f.write("--world\n%d\n" % world)
+    with open("%s/l2_%d.plan" % (d, k), "w") as f:
+        f.write("%s, micro_batch %d\n" % (", ".join(blk), mb))
+print(len(out))
+PY
+}
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; grep -o '"val_loss":[^,}]*' "$1" | cut -d: -f2; }
 # close REF LOG TOL WHAT: LOG's losses (its last ones, as many as it logged) against REF's last ones, each
 # within TOL relative; prints why not (nothing when they are)
@@ -89,6 +146,91 @@ same_ckpt() {
   local f
   for f in "$1"/*; do cmp -s "$f" "$2/${f##*/}" || return 1; done
 }
+# mpn NP ARGS..: ARGS under mpirun on NP ranks (the watchdog at 30 s, 300 s in all; SHARDRT_FAULT_SIGNAL passed
+# on where it is set)
+mpn() {
+  local np=$1
+  shift
+  # shellcheck disable=SC2086 # (two words or none)
+  env SHARDRT_TIMEOUT=30 timeout 300 mpirun --mca pml ob1 -np "$np" -x SHARDRT_TIMEOUT \
+    ${SHARDRT_FAULT_SIGNAL:+-x SHARDRT_FAULT_SIGNAL} "$@"
+}
+# steps LOG: LOG's step lines without their timings (and the validation loss's)
+steps() { grep '"loss"' "$1" | sed 's/,"ms":.*//'; }
+# The checks of a fraction of the samples, run by check after its own (they read its locals):
+# stop_check STEP RANK: a graceful stop (runtime/train/stop.c): the layout's run of the uninterrupted one's
+# arguments with SIGTERM raised in rank RANK alone before step STEP (SHARDRT_FAULT_SIGNAL): every rank stops
+# after that step (a rank that went on would hang the others' collectives into the watchdog), with status 75,
+# that step's checkpoint committed (the checkpoint folder holds the steps' up to it, nothing else), rank 0's
+# "stopped" line; --resume auto then ends with the uninterrupted run's step lines (losses, lr, grad norms),
+# validation loss and step-3 checkpoint, bit for bit. A signal before the last step (3) ends the run normally:
+# status 0, the same lines and checkpoints.
+stop_check() {
+  local k=$1 rk=$2 rc=0 want
+  echo "stop at step $k (rank $rk)" >>"$d/extra"
+  SHARDRT_FAULT_SIGNAL=$k:$rk "${mp[@]}" "${run[@]}" --steps 3 --log "$d/s.jsonl" --save-to "$d/cks" --ckpt-every 2 \
+    --keep 0 --ckpt-format "$fmt" >"$d/s.log" 2>&1 || rc=$?
+  if [ "$k" -lt 3 ]; then
+    [ "$rc" = 75 ] || { echo "SIGTERM to rank $rk before step $k: status $rc, want 75 $(mpfail "" "$d/s.log")"; return; }
+    want=$(printf 'step_%08d' "$k")
+    [ "$(ls "$d/cks")" = "$want" ] ||
+      { echo "SIGTERM to rank $rk before step $k: the checkpoints are $(ls "$d/cks" | tr '\n' ' '), want $want"; return; }
+    grep -q "^stopped on .* after step $k of 3: checkpoint $d/cks/step_0000000$k saved; exit status 75" "$d/s.log" ||
+      { echo "SIGTERM to rank $rk before step $k: no 'stopped on' line"; return; }
+    "${mp[@]}" "${run[@]}" --steps 3 --log "$d/s.jsonl" --save-to "$d/cks" --ckpt-every 2 --keep 0 --ckpt-format "$fmt" \
+      --resume auto >"$d/s2.log" 2>&1 || { mpfail "resumed after the stop at step $k" "$d/s2.log"; return; }
+  else
+    [ "$rc" = 0 ] || { echo "SIGTERM to rank $rk before the last step: status $rc, want 0 $(mpfail "" "$d/s.log")"; return; }
+  fi
+  [ "$(steps "$d/p.jsonl")" = "$(steps "$d/s.jsonl")" ] && [ "$(grep val_loss "$d/p.jsonl")" = "$(grep val_loss "$d/s.jsonl")" ] ||
+    echo "stopped at step $k (rank $rk) and resumed: the steps or the validation loss logged otherwise than uninterrupted"
+  same_ckpt "$d/ckp/$c3" "$d/cks/$c3" ||
+    echo "stopped at step $k (rank $rk) and resumed: the step-3 checkpoint differs from the uninterrupted one's"
+}
+# sample_check: --sample 16 at temperature 0.1 from the layout's step-3 state, by the layout at the end of its
+# resume from its own step 2 (pq: check gives it --sample; its step-3 checkpoint is the uninterrupted one's, bit
+# for bit, checked above; sampling after training, where a logits entry reading bytes the step gave away would
+# show) and by the single-rank program resumed from the layout's step-3 checkpoint (nothing left to train; its
+# sampling state the checkpoint's, the one pq loaded with step 2): the same tokens. A draw differs with the
+# total-variation distance of the two softmaxes, at most ~max |dlogit| / T. In f32 the logits of the same
+# weights differ by round-off (~1e-7): ~1e-6 a token. In the CPU target's bf16 too: its GEMMs round both f32
+# operands to bf16 (docs/training.md, "precision bf16 on the CPU target"), the same weights to the same bf16,
+# an activation to another bf16 only where its f32 round-off straddles a rounding boundary (~2^8 x 1e-7 =
+# 3e-5 of the elements, each then one bf16 ulp off). Not the CUDA target's bf16 (check draws none there): its
+# activations bf16 end to end against the single rank's f32 (the emulated device's losses 3.5e-4 off). T 0.1,
+# not the default 0.8, for a draw that sees small errors: the single rank's step-2 weights against the layout's
+# step 3 drew other tokens on 5 of 6 seeds at 0.1, the same on 20700029 at 0.8.
+sample_check() {
+  echo "sample" >>"$d/extra"
+  timeout 180 "$d/r" "${run[@]}" --resume "$d/ckp/$c3" "${sample[@]}" >"$d/sr.out" 2>"$d/sr.err" ||
+    { echo "the single-rank trainer sampling from the $world-rank $fmt step 3 failed: $(grep -m1 error "$d/sr.err")"; return; }
+  local a b
+  a=$(sed -n '/^sample (/,$p' "$d/pq.log")
+  b=$(sed -n '/^sample (/,$p' "$d/sr.out")
+  if [ -z "$b" ] || [ "$(wc -l <<<"$b")" -lt 2 ]; then echo "the single rank printed no sample"; return; fi
+  [ "$a" = "$b" ] || echo "--sample 16 from the $world-rank $fmt step 3: the layout's tokens differ from the single rank's"
+}
+# relayout_check: the layout's step 2 resumed for step 3 under another layout of the same model and recipe (the
+# first of `layouts` that shardc builds; none: said, not a failure), against the single rank's step 3 and
+# validation loss within the tolerance (both states within it of the single rank's, as above)
+relayout_check() {
+  local deg n k=0 w2
+  deg=$("$shardc" plan "$d/plan.model" "${pargs[@]}" 2>/dev/null | grep -m1 '^  plan:' |
+    sed -E 's/.* dp ([0-9]+) tp ([0-9]+) pp ([0-9]+) cp ([0-9]+).*/\1 \2 \3 \4/')
+  # shellcheck disable=SC2086 # (4 words)
+  n=$(layouts "$d" "$s" $deg)
+  while [ "$k" -lt "$n" ] && [ "$k" -lt 6 ]; do
+    mapfile -t l2args <"$d/l2_$k.args"
+    "$shardc" build "$d/l2_$k.model" "${l2args[@]}" -o "$d/l2" >"$d/l2_$k.log" 2>&1 && break
+    k=$((k + 1))
+  done
+  if [ "$k" -ge "$n" ] || [ "$k" -ge 6 ]; then echo "relayout: none of $n built" >>"$d/extra"; return; fi
+  w2=$(tail -1 "$d/l2_$k.args")
+  echo "relayout to $w2 ranks: $(cat "$d/l2_$k.plan")" >>"$d/extra"
+  mpn "$w2" "$d/l2" "${run[@]}" --resume "$d/ckp/$c2" --log "$d/l2.jsonl" >"$d/l2.log" 2>&1 ||
+    { echo "the $fmt step 2 resumed under another layout ($(cat "$d/l2_$k.plan")) failed: $(grep -m1 -i 'watchdog\|error' "$d/l2.log" | cut -c1-160)"; return; }
+  close "$d/r.jsonl" "$d/l2.jsonl" "$tol" "the $fmt step 2 resumed under another layout ($(cat "$d/l2_$k.plan"))"
+}
 # check DIR: builds and runs sample DIR; prints why it fails (nothing when it passes); DIR/worst: the worst
 # relative difference of each comparison
 check() {
@@ -105,7 +247,7 @@ check() {
   [ "$target" = cuda ] && dev=(-x SHARDRT_DEVICE=emu) # (the CUDA target's trainer on the emulated device)
   shard "$d/data.bin" "$vocab" "$s"
   run=(--data "$d/data.bin" --eval-every 0 --val-batches 1 --threads 1)
-  mp=(env SHARDRT_TIMEOUT=30 timeout 300 mpirun --mca pml ob1 -np "$world" -x SHARDRT_TIMEOUT "${dev[@]}" "$d/p")
+  mp=(mpn "$world" "${dev[@]}" "$d/p")
   mpfail() { echo "the $world-rank trainer $1 failed: $(grep -m1 -i 'watchdog\|error' "$2" | cut -c1-160)"; }
   "$shardc" build "$d/plan.model" "${pargs[@]}" -o "$d/p" >"$d/build.log" 2>&1 || { echo "the plan does not build"; return; }
   "$shardc" build "$d/ref.model" "${rargs[@]}" -o "$d/r" >>"$d/build.log" 2>&1 ||
@@ -133,12 +275,20 @@ check() {
   "${mp[@]}" "${run[@]}" --resume "$d/ckr/$c2" --log "$d/pr.jsonl" >"$d/pr.log" 2>&1 ||
     { mpfail "resumed from the single rank's step 2" "$d/pr.log"; return; }
   close "$d/r.jsonl" "$d/pr.jsonl" "$tol" "the $world ranks resumed from the single rank's step 2"
+  # the checks of a third of the samples each, drawn from the seed (DIR/extra names them for the sample's line)
+  local h=$((s * 2654435761 % 1000003)) sample=()
+  [ $((h / 27 % 3)) = 0 ] && ! { [ "$target" = cuda ] && [ "$prec" = bf16 ]; } && sample=(--sample 16 --temperature 0.1)
   "${mp[@]}" "${run[@]}" --resume "$d/ckp/$c2" --log "$d/pq.jsonl" --save-to "$d/ckq" --ckpt-format "$fmt" \
-    >"$d/pq.log" 2>&1 || { mpfail "resumed from its own $fmt step 2" "$d/pq.log"; return; }
+    "${sample[@]}" >"$d/pq.log" 2>"$d/pq.err" || { mpfail "resumed from its own $fmt step 2" "$d/pq.err"; return; }
   [ "$(line3 "$d/p.jsonl")" = "$(line3 "$d/pq.jsonl")" ] ||
     echo "the $world ranks resumed from their own $fmt step 2: step 3 logged otherwise than uninterrupted"
   same_ckpt "$d/ckp/$c3" "$d/ckq/$c3" ||
     echo "the $world ranks resumed from their own $fmt step 2: the step-3 checkpoint differs from the uninterrupted one's"
+  : >"$d/extra"
+  [ $((h % 3)) = 0 ] && stop_check $((1 + h / 3 % 3)) $((h / 9 % world))
+  [ ${#sample[@]} -gt 0 ] && sample_check
+  [ $((h / 81 % 3)) = 0 ] && relayout_check
+  return 0
 }
 ran=0 failed=0 seed=$from k=0
 start=$(date +%s)
@@ -164,12 +314,13 @@ while if [ ${#seeds[@]} -gt 0 ]; then [ "$k" -lt ${#seeds[@]} ]; else [ $(($(dat
     why=$(check "$d")
     ran=$((ran + 1))
     desc="$world ranks, $target $prec, $(tr '\n' ' ' <"$d/plan.args" | sed 's/-D //g')"
+    extra=$(paste -sd';' "$d/extra" 2>/dev/null | sed 's/;/; /g')
     if [ -n "$why" ]; then
       failed=$((failed + 1))
       rm -rf "${out:?}/$s" && cp -r "$d" "$out/$s"
-      echo "FAIL seed $s ($desc): $(tr '\n' ' ' <<<"$why"); kept in $out/$s"
+      echo "FAIL seed $s ($desc${extra:+; $extra}): $(tr '\n' ' ' <<<"$why"); kept in $out/$s"
     else
-      echo "ok   seed $s ($desc; worst |rel| $(sort -g "$d/worst" | tail -1))"
+      echo "ok   seed $s ($desc; worst |rel| $(sort -g "$d/worst" | tail -1)${extra:+; $extra})"
     fi
   done
 done
