@@ -202,7 +202,7 @@ stop_check() {
 # step 3 drew other tokens on 5 of 6 seeds at 0.1, the same on 20700029 at 0.8.
 sample_check() {
   echo "sample" >>"$d/extra"
-  timeout 180 "$d/r" "${run[@]}" --resume "$d/ckp/$c3" "${sample[@]}" >"$d/sr.out" 2>"$d/sr.err" ||
+  timeout 180 "$d/r" "${run[@]}" --resume "$d/ckp/$c3" --save-to '' "${sample[@]}" >"$d/sr.out" 2>"$d/sr.err" ||
     { echo "the single-rank trainer sampling from the $world-rank $fmt step 3 failed: $(grep -m1 error "$d/sr.err")"; return; }
   local a b
   a=$(sed -n '/^sample (/,$p' "$d/pq.log")
@@ -227,7 +227,7 @@ relayout_check() {
   if [ "$k" -ge "$n" ] || [ "$k" -ge 6 ]; then echo "relayout: none of $n built" >>"$d/extra"; return; fi
   w2=$(tail -1 "$d/l2_$k.args")
   echo "relayout to $w2 ranks: $(cat "$d/l2_$k.plan")" >>"$d/extra"
-  mpn "$w2" "$d/l2" "${run[@]}" --resume "$d/ckp/$c2" --log "$d/l2.jsonl" >"$d/l2.log" 2>&1 ||
+  mpn "$w2" "$d/l2" "${run[@]}" --resume "$d/ckp/$c2" --save-to '' --log "$d/l2.jsonl" >"$d/l2.log" 2>&1 ||
     { echo "the $fmt step 2 resumed under another layout ($(cat "$d/l2_$k.plan")) failed: $(grep -m1 -i 'watchdog\|error' "$d/l2.log" | cut -c1-160)"; return; }
   close "$d/r.jsonl" "$d/l2.jsonl" "$tol" "the $fmt step 2 resumed under another layout ($(cat "$d/l2_$k.plan"))"
 }
@@ -246,6 +246,8 @@ check() {
   mapfile -t rargs <"$d/ref.args"
   [ "$target" = cuda ] && dev=(-x SHARDRT_DEVICE=emu) # (the CUDA target's trainer on the emulated device)
   shard "$d/data.bin" "$vocab" "$s"
+  # (a resume that must not write into the checkpoints it reads says --save-to '': one without --save-to saves
+  # into the root it resumed from, pruning and overwriting there)
   run=(--data "$d/data.bin" --eval-every 0 --val-batches 1 --threads 1)
   mp=(mpn "$world" "${dev[@]}" "$d/p")
   mpfail() { echo "the $world-rank trainer $1 failed: $(grep -m1 -i 'watchdog\|error' "$2" | cut -c1-160)"; }
@@ -269,10 +271,10 @@ check() {
   entries() { "$shardc" ckpt info "$1" 2>&1 | grep '^  '; }
   [ "$(entries "$d/ckr/$c2")" = "$(entries "$lc")" ] ||
     echo "the $world-rank $fmt step 2's entries (names, dtypes, shapes) differ from the single rank's"
-  timeout 180 "$d/r" "${run[@]}" --resume "$d/ckp/$c2" --log "$d/rp.jsonl" >"$d/rp.log" 2>&1 ||
+  timeout 180 "$d/r" "${run[@]}" --resume "$d/ckp/$c2" --save-to '' --log "$d/rp.jsonl" >"$d/rp.log" 2>&1 ||
     { echo "the single-rank trainer resumed from the $world-rank $fmt step 2 failed: $(grep -m1 error "$d/rp.log")"; return; }
   close "$d/r.jsonl" "$d/rp.jsonl" "$tol" "the single rank resumed from the $world-rank $fmt step 2"
-  "${mp[@]}" "${run[@]}" --resume "$d/ckr/$c2" --log "$d/pr.jsonl" >"$d/pr.log" 2>&1 ||
+  "${mp[@]}" "${run[@]}" --resume "$d/ckr/$c2" --save-to '' --log "$d/pr.jsonl" >"$d/pr.log" 2>&1 ||
     { mpfail "resumed from the single rank's step 2" "$d/pr.log"; return; }
   close "$d/r.jsonl" "$d/pr.jsonl" "$tol" "the $world ranks resumed from the single rank's step 2"
   # the checks of a third of the samples each, drawn from the seed (DIR/extra names them for the sample's line)

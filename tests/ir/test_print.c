@@ -110,7 +110,9 @@ static const char *EXPECTED =
     "  total                                                              344\n"
     "flops per token: forward 512 FLOP, training 1.536 KFLOP (3 x forward)\n"
     "# communication per rank, per step (one step = one micro-batch through the graph)\n"
-    "#   none\n";
+    "#   none\n"
+    "#   and the trainer's own, after each step: one all_reduce of 16 B over the world's 2 ranks (they agree on "
+    "non-finite values and stops)\n";
 
 /* the module as ir_print_module writes it (with the IR or without), malloc'd */
 static char *printed(Module *m, bool ir) {
