@@ -3,7 +3,8 @@
 #  1. more tp on NVLink cuts a rank's GEMM and attention time (GPT-2 124M, tp 1 -> 2 -> 4 on one
 #     p4d node, CUDA target: each at most 0.6 x the one before) and the tp collectives appear;
 #  2. a profile file replaces the device's figures: GEMM time scales with 1 / gemm_flops exactly,
-#     the CPU's gelu loop with elem_tanh_s (262,144 elements per step on tiny), the weight-gradient
+#     the CPU's gelu loop with elem_tanh_s (262,144 elements per step on tiny; llvm_elem_tanh_s with
+#     --cpu-kernels llvm, elem_tanh_s with c), the weight-gradient
 #     GEMMs' saved operands with gemm_cold_bytes (1,835,008 bytes per step on tiny), its GEMMs' outputs and
 #     operands with gemm_out_s / gemm_in_s (1,327,104 and 2,654,208; a profile with gemm_flops alone: none),
 #     the cross-entropy with elem_xent_s (131,072 logits);
@@ -75,6 +76,12 @@ b1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/t1.profile" 2>&1
 b2=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/t2.profile" 2>&1 | bwb)
 awk -v a="$b1" -v b="$b2" 'BEGIN { d = b - a; exit !(d > 0.2611 && d < 0.2632) }' ||
   bad "elem_tanh_s 1e-6 -> 2e-6: bandwidth-bound $b1 s -> $b2 s, want +0.262144 s (262,144 gelu elements)"
+# the trainer's kernels (--cpu-kernels, main.c's one decision) choose the figure: LLVM's gelu at llvm_elem_tanh_s
+printf 'elem_tanh_s 1e-6\nllvm_elem_tanh_s 2e-6\n' >"$tmp/t3.profile"
+bc=$("$shardc" plan models/tiny.model --world 1 --cpu-kernels c --profile "$tmp/t3.profile" 2>&1 | bwb)
+bl=$("$shardc" plan models/tiny.model --world 1 --cpu-kernels llvm --profile "$tmp/t3.profile" 2>&1 | bwb)
+awk -v a="$bc" -v b="$bl" 'BEGIN { d = b - a; exit !(d > 0.2601 && d < 0.2642) }' || # (3 digits each: +-1 ms)
+  bad "--cpu-kernels c -> llvm under elem_tanh_s 1e-6, llvm_elem_tanh_s 2e-6: bandwidth-bound $bc s -> $bl s, want +0.262144 s"
 # gemm_out_s, gemm_in_s: a GEMM's time per output and per operand element on top of its FLOPs. tiny's step
 # (512 tokens, d 64, ffn 256, vocab 256, 2 layers) by hand: per layer the forward's qkv / o / fc / proj
 # write 512 x (192 + 64 + 256 + 64) = 294,912 elements, the backward's dX 512 x (64 + 64 + 64 + 256) =
