@@ -50,7 +50,8 @@ static const struct {
 
 /* The LLVM kernels' loops (codegen/llvm_kernels.c, vectorised; gelu and tanh through its own tanh, not libm's
  * tanhf): bench_calibrate's llvm_elem_*_s on one core of this Xeon (AVX-512; 2026-11-28, docs/performance.md
- * "Recompute's price"), where the C kernels' measured 0.18 ns flat, 0.53 tanh, 0.30 exp. The C figures above
+ * "Recompute's price on the CPU": 0.19-0.52 ns flat, 0.51-0.53 tanh, 0.28-0.30 exp), where the C kernels' measured
+ * 0.16-0.55, 0.50-0.56, 0.29-0.32 (this glibc's tanhf loop vectorised). The C figures above
  * are the AMD EPYC's (12 ns a tanhf): what the default trainers (the LLVM kernels) do not run. */
 static const double llvm_elem_s[COST_EL_COUNT] = {[COST_EL_FLAT] = 0.3e-9, [COST_EL_TANH] = 0.5e-9,
                                                   [COST_EL_EXP] = 0.3e-9};

@@ -1,5 +1,5 @@
 /* tests/passes/test_cost_recompute.c — the CPU cost model's price of activation recompute, and the kernels it
- * prices (docs/performance.md "Recompute's price"):
+ * prices (docs/performance.md "Recompute's price on the CPU"):
  *   1. the trainer's kernels reach the price: with Module.cpu_llvm_kernels (main.c's one decision, the trainer's
  *      --cpu-kernels) the elementwise loops cost the LLVM kernels' figures (CostDevice.llvm_elem_s) and the C
  *      kernels' figures change nothing, and the other way round without it; the loops LLVM does not build (an

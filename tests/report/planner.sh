@@ -251,7 +251,7 @@ awk -v c="$cpu" 'BEGIN { exit !(c < 4) }' || bad "GPT-3 pp 4 x cp 2: plan took $
 # confirmed candidate, ZeRO-2/3 included (the compiled sums are dp shards too: passes/zero_sums.c)
 sed 's/cpu x 2/cpu x 4/' models/topo/cpu.topo >"$tmp/cpu4.topo"
 # (tiny with the C kernels: priced at the LLVM kernels' rates its cp 2 z1/z2 mb 16 plans join the confirmed ones, whose
-# analytic memory is 0.83 of the compiled: a known gap of plan_model.c's cp memory, docs/performance.md "Recompute's price")
+# analytic memory is 0.83 of the compiled: a known gap of plan_model.c's cp memory, docs/performance.md "Recompute's price on the CPU")
 for args in "models/gpt2-124m.model --target cuda --topology models/topo/p4d-x1.topo" "models/tiny.model --topology $tmp/cpu4.topo --cpu-kernels c"; do
   out=$("$shardc" plan $args --search --top 10 --confirm 24 --budget 120 --compile-limit 30 2>&1)
   rows=$(echo "$out" | sed -n '/^# analytic ranking vs compiled/,$p' | grep -E '^# +[0-9]+!? +dp .* (fits|does not fit)')
