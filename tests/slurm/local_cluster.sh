@@ -123,7 +123,15 @@ EOF
   if [ "$nodes" = 1 ]; then
     slurmd -D -f "$conf" -N localhost >>"$dir/slurmd.out" 2>&1 &
   else
-    for i in $(seq "$nodes"); do slurmd -D -f "$conf" -N "node$i" >>"$dir/slurmd-node$i.out" 2>&1 & done
+    # each slurmd reads the same slurm.conf from a folder of its own, beside an mpi.conf of its own:
+    # PMIx's client folder is /tmp/spmix_appdir_UID_JOB.STEP on every node (22.05), which the second
+    # node's step could not create ("File exists": its srun's tasks failed to launch)
+    for i in $(seq "$nodes"); do
+      mkdir -p "$dir/node$i" "$dir/tmp-node$i"
+      cp "$conf" "$dir/node$i/slurm.conf"
+      echo "PMIxCliTmpDirBase=$dir/tmp-node$i" >"$dir/node$i/mpi.conf"
+      slurmd -D -f "$dir/node$i/slurm.conf" -N "node$i" >>"$dir/slurmd-node$i.out" 2>&1 &
+    done
   fi
   local state="" want
   want=$(for i in $(seq "$nodes"); do echo idle; done)

@@ -4,7 +4,7 @@
 # Needs a slurmctld with at least 2 idle nodes that share this machine's temporary folder:
 # `tests/slurm/local_cluster.sh start 2` brings up node1 and node2 on this host (two slurmd,
 # Slurm's multiple-slurmd support); its SLURM_CONF is used when SLURM_CONF is unset. Skips
-# (status 0, "SKIP") without one. SHARDC defaults to build/shardc. About 1 min.
+# (status 0, "SKIP") without one. SHARDC defaults to build/shardc. About 2 min.
 #   - the dp=2 trainer built for a topology of 2 nodes x 1 CPU rank: job.sh asks --nodes=2
 #     --ntasks=2 --ntasks-per-node=1; srun's tasks of that allocation run one on each node
 #     (SLURMD_NODENAME node1 / node2, SLURM_NODEID 0 / 1, SLURM_LOCALID 0 on both);
@@ -13,7 +13,9 @@
 #     the runtime takes them for two nodes and picks the network provider between them); `scancel
 #     --signal=USR1 --batch` stops both after step 3 with its checkpoint, the launcher requeues the
 #     job, and its rerun (let start at once) resumes from step 3 to every loss and the step-12
-#     checkpoint of an undisturbed mpirun run, bit-identical.
+#     checkpoint of an undisturbed mpirun run, bit-identical;
+#   - the same job without --signal, at its time limit (--time=1): Slurm's SIGTERM on both nodes
+#     (Reason=TimeLimit), the same stop, a requeue and a bit-identical resume.
 if [ -z "${SLURM_CONF:-}" ] && [ -f "${SHARDC_SLURM_DIR:-/tmp/shardc-slurm}/slurm.conf" ]; then
   export SLURM_CONF=${SHARDC_SLURM_DIR:-/tmp/shardc-slurm}/slurm.conf
 fi
@@ -40,6 +42,7 @@ cleanup() {
 trap cleanup EXIT
 echo "nodes.sh: $(sinfo -V) ($SLURM_CONF), nodes: $(sinfo -h -N -o '%N %c CPUs %t' | tr '\n' ';')"
 
+t0=$(date +%s)
 cat >"$t/two.topo" <<'TOPO'
 # two nodes of one CPU rank each (tests/slurm/nodes.sh)
 topology two_nodes {
@@ -84,4 +87,15 @@ requeued N "$id" "2 nodes, scancel --signal=USR1 --batch" now
 grep -q "node1: task 0: Exited with exit code 75" "shardc-tiny-$id.out" && grep -q "node2: task 1: Exited with exit code 75" "shardc-tiny-$id.out" ||
   { cat "shardc-tiny-$id.out"; fail "job $id: the stop was not on node1 and node2"; }
 echo "job $id on node1 + node2 (via srun, tcp): scancel --signal=USR1 --batch stopped both ranks after step 3 (75), requeued, $rerun, resumed: bit-identical"
-echo "nodes.sh: ok"
+# the time limit without --signal on 2 nodes: SIGTERM to every process of the job on both nodes,
+# Reason=TimeLimit: stopped, requeued, resumed
+grep -v -- '^#SBATCH --signal' job.sh >job-nosig.sh
+t1=$(date +%s)
+id=$(script=job-nosig.sh SHARDC_TRAINER=$t/node-trainer submit T --time=1)
+jobs_started+=("$id")
+wait_for 60 held "$id" || { cat "$t/shardc-tiny-$id.out"; fail "job $id: the ranks were not held before step 3"; }
+requeued T "$id" "2 nodes, the time limit without --signal" now SIGTERM
+grep -q "launch.sh: --requeue: the SIGTERM was Slurm's at the job's time limit (Reason=TimeLimit" "shardc-tiny-$id.out" ||
+  { cat "shardc-tiny-$id.out"; fail "job $id: not requeued as a time limit"; }
+echo "job $id on node1 + node2, --time=1 without --signal: SIGTERM at the limit $((requeue_at - t1)) s after sbatch, stopped after step 3 (75), requeued, $rerun, resumed: bit-identical"
+echo "nodes.sh: ok ($(($(date +%s) - t0)) s)"
