@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154 # ($t, $run, $ck: set by the scripts that source it)
 # tests/slurm/lib.sh — what tests/slurm/real.sh and tests/slurm/nodes.sh share: sourced after
 # tests/lib.sh and tests/codegen/lib.sh, in the temporary folder $t, where job.sh is the --sbatch
 # script of a 2-rank trainer, ck its flags and $t/a.jsonl the log of its undisturbed mpirun run
