@@ -40,7 +40,9 @@ requeued() {
   # every ~30 s) came as soon as 1 s after the rerun started (22.05), before the trainer's handler was
   # in, and ended its ranks (status 138, the job FAILED)
   scontrol update JobId="$id" TimeLimit=5 || fail "scontrol update TimeLimit=5"
-  [ "$now" = now ] && { scontrol update JobId="$id" StartTime=now || fail "scontrol update StartTime=now"; }
+  # (let start "now": 5 s on, once the previous run has ended: at +0.6 s slurmctld killed the rerun, "Killing
+  # non-startable batch JobId=20: Job credential revoked", and the job FAILED; 22.05)
+  [ "$now" = now ] && { scontrol update JobId="$id" StartTime=now+5 || fail "scontrol update StartTime=now+5"; }
   wait_for 200 state_is "$id" COMPLETED || { scontrol show job "$id"; cat "$out"; fail "$how: the requeued job $id did not complete"; }
   [ "$(field "$id" ExitCode)" = 0:0 ] || fail "$how: the requeued job's exit code $(field "$id" ExitCode)"
   grep -q -- "--resume auto: resuming from $t/$name/step_00000003" "$out" || { cat "$out"; fail "$how: the rerun did not resume from step 3"; }

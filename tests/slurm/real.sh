@@ -22,9 +22,10 @@
 #       None), which the launcher reads: the same stop after step 3, but a requeue and a bit-identical
 #       resume.
 # A requeued job is held by Slurm (EligibleTime: 120 s after the requeue on 22.05): (a) waits for it
-# (SHARDC_REAL_FAST=1: not), (b) lets it start at once (`scontrol update JobId=.. StartTime=now`),
-# which may start it while the previous run's step is still ending: its srun then fails to launch the
-# tasks and returns 0 (seen on 22.05), which the launcher's --done-file check restarts.
+# (SHARDC_REAL_FAST=1: not), (b) and (d) let it start 5 s on (`scontrol update JobId=..
+# StartTime=now+5`), which may start it while the previous run's step is still ending: its srun then
+# fails to launch the tasks and returns 0 (seen on 22.05), which the launcher's --done-file check
+# restarts. Every rerun gets TimeLimit=5 (tests/slurm/lib.sh requeued).
 if [ -z "${SLURM_CONF:-}" ] && [ -f "${SHARDC_SLURM_DIR:-/tmp/shardc-slurm}/slurm.conf" ]; then
   export SLURM_CONF=${SHARDC_SLURM_DIR:-/tmp/shardc-slurm}/slurm.conf
 fi
