@@ -8,6 +8,11 @@
 #     SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID: "via srun"), and after a kill -9 of a rank at
 #     step 6 its launcher restarts the step with --resume auto: every step's loss and the step-12
 #     checkpoint bit-identical to an mpirun run's;
+#   - srun's status 0 for tasks that never launched is restarted (--done-file); tasks that do not
+#     share the job's directory (FAKE_SRUN_CHDIR) stop before any step with status 1, not restarted;
+#   - SIGUSR1 to the batch script (the warning) and SIGTERM at the time limit (the fake scontrol's
+#     Reason=TimeLimit) requeue the job after the ranks' stop; SIGTERM from scancel (Reason=None) does
+#     not;
 #   - srun with the wrong task count is refused with the count to use.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"

@@ -4,7 +4,7 @@
 # Needs a slurmctld with at least 2 idle nodes that share this machine's temporary folder:
 # `tests/slurm/local_cluster.sh start 2` brings up node1 and node2 on this host (two slurmd,
 # Slurm's multiple-slurmd support); its SLURM_CONF is used when SLURM_CONF is unset. Skips
-# (status 0, "SKIP") without one. SHARDC defaults to build/shardc. About 2 min.
+# (status 0, "SKIP") without one. SHARDC defaults to build/shardc. About 1.5-2.5 min.
 #   - the dp=2 trainer built for a topology of 2 nodes x 1 CPU rank: job.sh asks --nodes=2
 #     --ntasks=2 --ntasks-per-node=1; srun's tasks of that allocation run one on each node
 #     (SLURMD_NODENAME node1 / node2, SLURM_NODEID 0 / 1, SLURM_LOCALID 0 on both);
