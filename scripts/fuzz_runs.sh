@@ -248,7 +248,7 @@ relayout_check() {
   done
   if [ "$k" -ge "$n" ] || [ "$k" -ge 6 ]; then echo "relayout: none of $n built" >>"$d/extra"; return; fi
   w2=$(tail -1 "$d/l2_$k.args")
-  echo "relayout to $w2 ranks: $(cat "$d/l2_$k.plan")" >>"$d/extra"
+  echo "relayout to $w2 ranks${dev[*]:+ (cuda)}: $(cat "$d/l2_$k.plan")" >>"$d/extra"
   mpn "$w2" "${dev[@]}" "$d/l2" "${run[@]}" --resume "$d/ckp/$c2" --save-to '' --log "$d/l2.jsonl" >"$d/l2.log" 2>&1 ||
     { echo "the $fmt step 2 resumed under another layout ($(cat "$d/l2_$k.plan")) failed: $(grep -m1 -i 'watchdog\|error' "$d/l2.log" | cut -c1-160)"; return; }
   close "$d/r.jsonl" "$d/l2.jsonl" "$tol" "the $fmt step 2 resumed under another layout ($(cat "$d/l2_$k.plan"))"
