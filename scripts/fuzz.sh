@@ -56,7 +56,8 @@ ninja -C "$build" "${bin}_build"
 mkdir -p "$build/$corpus"
 cd "$build"
 if [ "$target" = trainer ]; then # the harness writes its seeds (a flag list, a sharded rank file, an index)
-  export ASAN_OPTIONS=detect_leaks=0
+  # leaks checked: a user error frees what the loaders held (runtime/train/files.h rt_on_error)
+  export ASAN_OPTIONS=detect_leaks=1
   mkdir -p "$build/seeds_trainer"
   FUZZ_TRAINER_SEEDS="$build/seeds_trainer" "$build/tests/fuzz/${bin}_bin" -runs=0 "$build/seeds_trainer" >/dev/null 2>&1
 fi

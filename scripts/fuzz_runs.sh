@@ -27,8 +27,10 @@
 #     status 75 and its checkpoint committed, the resume bit-identical to the uninterrupted run (stop_check);
 #   --sample from the layout's step-3 checkpoint, by the layout and by the single rank: the same tokens
 #     (sample_check; f32 and the CPU target's bf16);
-#   the layout's step 2 resumed under another layout of the same model and recipe (drawn: `layouts`) for
-#     step 3 against the single rank's, within the tolerance (relayout_check).
+#   the layout's step 2 resumed under another layout of the same model and recipe, on the sample's target
+#     (drawn: `layouts`; dp, tp, pp, cp, sp, the schedules interleaved included, cp_mode ring or all2all, ZeRO
+#     with or without offload, recompute) for step 3 against the single rank's, within the tolerance
+#     (relayout_check).
 # Tolerance (relative, every loss): f32 1e-5, the multi-rank e2e tests' (tests/codegen/layouts.sh); bf16
 # 2^-10, the loss bound of the bf16 multi-rank e2e tests (u / 4, u = 2^-8: tests/e2e/cuda_multirank.sh).
 #
@@ -77,17 +79,25 @@ with open(path, "wb") as f:
     f.write(struct.pack("<%dH" % n, *[random.randrange(vocab) for _ in range(n)]))
 EOF
 }
-# layouts D SEED DP TP PP CP: other layouts of sample D's model and recipe (its single-rank program's source
-# with a parallel block of their own, the same global batch, drawn from SEED), in a random order: those of 2
-# or 4 ranks whose degrees are not the sample's (DP TP PP CP) and that pass the obvious checks (dp x the
+# layouts D SEED TARGET DP TP PP CP: other layouts of sample D's model and recipe (its single-rank program's
+# source with a parallel block of their own, the same global batch, drawn from SEED), in a random order: those
+# of 2 or 4 ranks whose degrees are not the sample's (DP TP PP CP) and that pass the obvious checks (dp x the
 # micro-steps divide the batch, tp the heads and kv heads, 2 cp the sequence, pp at most the layers; stages
-# balanced by the cost model where pp does not divide them), each with its sp, schedule, ZeRO stage and
-# recompute drawn; writes D/l2_K.model, D/l2_K.args (shardc build's) and D/l2_K.plan (a line) for K = 0..
-# and prints how many (shardc refuses what it does not take: the caller tries the next)
+# balanced by the cost model where pp does not divide them), each with drawn:
+#   sp on / off (tp > 1);
+#   the schedule (pp > 1): gpipe, 1f1b, zb, or interleaved(v: 2) where the layers are at least 2 pp (virtual
+#     stages balanced by the cost model where 2 pp does not divide them);
+#   cp_mode ring or all2all (cp > 1; all2all where cp divides the heads and kv heads of a tp rank);
+#   the ZeRO stage (dp x cp > 1), and with a stage of 1-3 offload (`zero N offload`; on the CUDA target the
+#     optimizer step in host memory, a no-op with a note on the CPU target);
+#   recompute none, selective or full;
+# on TARGET (cpu or cuda: the sample's, the CUDA one run on the emulated device); writes D/l2_K.model,
+# D/l2_K.args (shardc build's) and D/l2_K.plan (a line) for K = 0.. and prints how many (shardc refuses what
+# it does not take: the caller tries the next)
 layouts() {
   python3 - "$@" <<'PY'
 import itertools, random, re, sys
-d, seed, first = sys.argv[1], int(sys.argv[2]), tuple(int(x) for x in sys.argv[3:7])
+d, seed, target, first = sys.argv[1], int(sys.argv[2]), sys.argv[3], tuple(int(x) for x in sys.argv[4:8])
 src = open(d + "/ref.model").read()
 args = open(d + "/ref.args").read().split("\n")
 defs = dict(args[i + 1].split("=", 1) for i in range(len(args) - 1) if args[i] == "-D")
@@ -95,6 +105,7 @@ const = {k: int(v) for k, v in re.findall(r"(\w+) = (\d+)", re.search(r"const (.
 const.update((k, int(v)) for k, v in defs.items() if k in const)
 B = int(defs["batch"])
 rng = random.Random(seed * 7919 + 17)
+rng2 = random.Random(seed * 7919 + 29)  # (the draws added later: the layouts drawn before them stay)
 out = []
 for dp, tp, pp, cp in itertools.product((1, 2, 4), repeat=4):
     if dp * tp * pp * cp not in (2, 4) or (dp, tp, pp, cp) == first:
@@ -105,13 +116,22 @@ for dp, tp, pp, cp in itertools.product((1, 2, 4), repeat=4):
     if not ms:
         continue
     m = rng.choice(ms)
-    blk = ["dp %d" % dp, "tp %d" % tp, "cp %d" % cp, "pp %d%s" % (pp, " layers(balanced)" if const["layers"] % pp else "")]
-    if tp > 1:
-        blk.append("sp %s" % rng.choice(("on", "off")))
-    if pp > 1:
-        blk.append("schedule %s" % rng.choice(("gpipe", "1f1b", "zb")))
+    L = const["layers"]
+    sp = rng.choice(("on", "off")) if tp > 1 else None
+    sched = rng.choice(("gpipe", "1f1b", "zb")) if pp > 1 else None
+    if sched and L >= 2 * pp and rng2.random() < 0.4:
+        sched = "interleaved"
+    chunks = 2 * pp if sched == "interleaved" else pp
+    blk = ["dp %d" % dp, "tp %d" % tp, "cp %d" % cp, "pp %d%s" % (pp, " layers(balanced)" if L % chunks else "")]
+    if sp:
+        blk.append("sp %s" % sp)
+    if sched:
+        blk.append("schedule %s" % ("interleaved(v: 2)" if sched == "interleaved" else sched))
+    if cp > 1 and const["heads"] % (cp * tp) == 0 and const["kv_heads"] % (cp * tp) == 0 and rng2.random() < 0.5:
+        blk.append("cp_mode all2all")
     if dp * cp > 1:
-        blk.append("zero %d" % rng.choice((0, 1, 2, 3)))
+        z = rng.choice((0, 1, 2, 3))
+        blk.append("zero %d%s" % (z, " offload" if z and rng2.random() < 0.4 else ""))
     blk.append("recompute %s" % rng.choice(("none", "none", "selective", "full")))
     out.append((dp * tp * pp * cp, blk, B // (dp * m)))
 rng.shuffle(out)
@@ -121,6 +141,8 @@ for k, (world, blk, mb) in enumerate(out):
     with open("%s/l2_%d.args" % (d, k), "w") as f:
         for key, v in defs.items():
             f.write("-D\n%s=%s\n" % (key, mb if key == "micro_batch" else v))
+        if target == "cuda":
+            f.write("--target\ncuda\n")
         f.write("--world\n%d\n" % world)
     with open("%s/l2_%d.plan" % (d, k), "w") as f:
         f.write("%s, micro_batch %d\n" % (", ".join(blk), mb))
@@ -211,14 +233,14 @@ sample_check() {
   [ "$a" = "$b" ] || echo "--sample 16 from the $world-rank $fmt step 3: the layout's tokens differ from the single rank's"
 }
 # relayout_check: the layout's step 2 resumed for step 3 under another layout of the same model and recipe (the
-# first of `layouts` that shardc builds; none: said, not a failure), against the single rank's step 3 and
-# validation loss within the tolerance (both states within it of the single rank's, as above)
+# first of `layouts` that shardc builds, on the sample's target; none: said, not a failure), against the single
+# rank's step 3 and validation loss within the tolerance (both states within it of the single rank's, as above)
 relayout_check() {
   local deg n k=0 w2
   deg=$("$shardc" plan "$d/plan.model" "${pargs[@]}" 2>/dev/null | grep -m1 '^  plan:' |
     sed -E 's/.* dp ([0-9]+) tp ([0-9]+) pp ([0-9]+) cp ([0-9]+).*/\1 \2 \3 \4/')
   # shellcheck disable=SC2086 # (4 words)
-  n=$(layouts "$d" "$s" $deg)
+  n=$(layouts "$d" "$s" "$target" $deg)
   while [ "$k" -lt "$n" ] && [ "$k" -lt 6 ]; do
     mapfile -t l2args <"$d/l2_$k.args"
     "$shardc" build "$d/l2_$k.model" "${l2args[@]}" -o "$d/l2" >"$d/l2_$k.log" 2>&1 && break
@@ -226,8 +248,8 @@ relayout_check() {
   done
   if [ "$k" -ge "$n" ] || [ "$k" -ge 6 ]; then echo "relayout: none of $n built" >>"$d/extra"; return; fi
   w2=$(tail -1 "$d/l2_$k.args")
-  echo "relayout to $w2 ranks: $(cat "$d/l2_$k.plan")" >>"$d/extra"
-  mpn "$w2" "$d/l2" "${run[@]}" --resume "$d/ckp/$c2" --save-to '' --log "$d/l2.jsonl" >"$d/l2.log" 2>&1 ||
+  echo "relayout to $w2 ranks${dev[*]:+ (cuda)}: $(cat "$d/l2_$k.plan")" >>"$d/extra"
+  mpn "$w2" "${dev[@]}" "$d/l2" "${run[@]}" --resume "$d/ckp/$c2" --save-to '' --log "$d/l2.jsonl" >"$d/l2.log" 2>&1 ||
     { echo "the $fmt step 2 resumed under another layout ($(cat "$d/l2_$k.plan")) failed: $(grep -m1 -i 'watchdog\|error' "$d/l2.log" | cut -c1-160)"; return; }
   close "$d/r.jsonl" "$d/l2.jsonl" "$tol" "the $fmt step 2 resumed under another layout ($(cat "$d/l2_$k.plan"))"
 }

@@ -490,6 +490,8 @@ void rt_ckpt_check_layers(const RtStFile *s, const RtProgram *p, const RtTensor 
 static void st_read_kind(RtStFile *s, const RtProgram *p, char *mem, int kind) {
   int n;
   StEntry *e = st_entries(p, kind, &n);
+  RtOnError c;
+  rt_on_error(&c, free, e);
   for (int i = 0; i < n; i++) {
     const RtTensor *t = e[i].t;
     int sliced = e[i].layer >= 0;
@@ -501,23 +503,31 @@ static void st_read_kind(RtStFile *s, const RtProgram *p, char *mem, int kind) {
     }
     rt_st_read(s, e[i].name, t->dtype, t->dims + sliced, t->rank - sliced, mem + e[i].src);
   }
+  rt_on_error_pop(&c);
   free(e);
 }
+
+static void st_close_v(void *s) { rt_st_close(s); }
 
 void rt_ckpt_load(const RtProgram *p, char *mem, const char *path, int full, RtTrainState *st) {
   struct stat sb;
   if (stat(path, &sb) != 0) rt_user_error("cannot open checkpoint '%s': %s", path, strerror(errno));
   char *dir = NULL, *model;
+  RtOnError c_dir, c_model, c_s, c_optim, c_o; /* (what a refusal below frees: rt_on_error) */
   if (S_ISDIR(sb.st_mode)) {
     dir = rt_ckpt_find(path);
     if (!dir) rt_user_error("'%s' holds no checkpoint (no step_* directory with a model.safetensors)", path);
+    rt_on_error(&c_dir, free, dir);
     model = rt_xprintf("%s/model.safetensors", dir);
   } else {
     if (full) rt_user_error("--resume needs a checkpoint directory, not the file '%s'", path);
+    rt_on_error(&c_dir, free, dir);
     model = rt_xstrdup(path);
   }
+  rt_on_error(&c_model, free, model);
   RtStFile s;
   rt_st_open(&s, model);
+  rt_on_error(&c_s, st_close_v, &s);
   st_read_kind(&s, p, mem, RT_T_PARAM);
   if (full) {
     if (strcmp(rt_st_meta(&s, "format"), CKPT_FORMAT) != 0)
@@ -535,13 +545,20 @@ void rt_ckpt_load(const RtProgram *p, char *mem, const char *path, int full, RtT
     st->skipped = (int64_t)rt_st_meta_u64_or(&s, "skipped_steps", 0);
     st->skip_run = (int64_t)rt_st_meta_u64_or(&s, "skip_run", 0);
     char *optim = rt_xprintf("%s/optimizer.safetensors", dir);
+    rt_on_error(&c_optim, free, optim);
     RtStFile o;
     rt_st_open(&o, optim);
+    rt_on_error(&c_o, st_close_v, &o);
     st_read_kind(&o, p, mem, RT_T_STATE);
+    rt_on_error_pop(&c_o);
     rt_st_close(&o);
+    rt_on_error_pop(&c_optim);
     free(optim);
   }
+  rt_on_error_pop(&c_s);
   rt_st_close(&s);
+  rt_on_error_pop(&c_model);
   free(model);
+  rt_on_error_pop(&c_dir);
   free(dir);
 }

@@ -378,9 +378,12 @@ typedef struct {
 static RtStFile *source_file(Source *src, const char *name) {
   for (int i = 0; i < src->nfiles; i++)
     if (!strcmp(src->files[i].name, name)) return &src->files[i].st;
-  src->files = realloc(src->files, (size_t)(src->nfiles + 1) * sizeof *src->files);
-  if (!src->files) rt_user_error("out of memory");
-  int i = src->nfiles++;
+  void *grown = realloc(src->files, (size_t)(src->nfiles + 1) * sizeof *src->files);
+  if (!grown) rt_user_error("out of memory");
+  src->files = grown;
+  int i = src->nfiles++; /* (held by src from here: its fields set before anything can refuse) */
+  memset(&src->files[i], 0, sizeof src->files[i]);
+  src->files[i].st.fd = -1;
   src->files[i].name = rt_xstrdup(name);
   src->files[i].path = src->dir && name[0] != '/' ? rt_xprintf("%s/%s", src->dir, name) : rt_xstrdup(name);
   rt_st_open(&src->files[i].st, src->files[i].path);
@@ -399,8 +402,11 @@ static const RtJson *jget(const RtJson *o, const char *key, int kind, const char
   return v;
 }
 
-/* The pieces holding logical tensor t (dims ld) in the checkpoint; count in *n. */
-static Piece *pieces_of(Source *src, const RtProgram *p, const RtTensor *t, const int64_t *ld, int *n, char **names) {
+/* The pieces holding logical tensor t (dims ld) in the checkpoint; count in *n. The array (also in *held, as
+ * soon as it is allocated: a refusal while it is filled frees it through the caller's cleanup) and names[]
+ * (a per-layer entry's names) are the caller's to free. */
+static Piece *pieces_of(Source *src, const RtProgram *p, const RtTensor *t, const int64_t *ld, int *n, char **names,
+                        Piece **held) {
   *n = 0;
   if (!src->index) { /* logical: the whole tensor, or one entry per layer */
     const char *file = t->kind == RT_T_PARAM ? src->legacy : "optimizer.safetensors";
@@ -410,14 +416,14 @@ static Piece *pieces_of(Source *src, const RtProgram *p, const RtTensor *t, cons
     rt_layer_name(first, sizeof first, t->name, 0);
     if (!rt_ckpt_per_layer(p, t) ||
         (!rt_json_get(source_file(src, file)->hdr, first) && rt_json_get(source_file(src, file)->hdr, t->name))) {
-      Piece *pc = rt_xcalloc(1, sizeof *pc);
+      Piece *pc = *held = rt_xcalloc(1, sizeof *pc);
       *pc = (Piece){.file = file, .entry = t->name, .erank = t->rank};
       memcpy(pc->len, ld, sizeof pc->len);
       *n = 1;
       return pc;
     }
     rt_ckpt_check_layers(source_file(src, file), p, t);
-    Piece *pc = rt_xcalloc((size_t)ld[0], sizeof *pc);
+    Piece *pc = *held = rt_xcalloc((size_t)ld[0], sizeof *pc);
     for (int64_t l = 0; l < ld[0]; l++) {
       char nm[256];
       rt_layer_name(nm, sizeof nm, t->name, l);
@@ -455,7 +461,7 @@ static Piece *pieces_of(Source *src, const RtProgram *p, const RtTensor *t, cons
                     ipath, t->name, dt->str, got, rt_dtype_st_name(t->dtype), want, layers);
     }
     const RtJson *ps = jget(e, "pieces", RT_JSON_ARR, ipath);
-    Piece *pc = rt_xcalloc((size_t)ps->n + 1, sizeof *pc);
+    Piece *pc = *held = rt_xcalloc((size_t)ps->n + 1, sizeof *pc);
     for (int k = 0; k < ps->n; k++) {
       const RtJson *q = ps->items[k];
       const RtJson *st = jget(q, "start", RT_JSON_ARR, ipath), *ln = jget(q, "shape", RT_JSON_ARR, ipath);
@@ -499,18 +505,33 @@ static void copy_row(void *ctx, int64_t s, int64_t d, int64_t n) {
   c->copied += n;
 }
 
+/* load_tensor's arrays (freed by a refusal too: rt_on_error) */
+typedef struct {
+  char **names; /* NULL-terminated */
+  Piece *pc;
+  Rect *rects;
+} TensorBufs;
+
+static void tensor_bufs_free(void *arg) {
+  TensorBufs *b = arg;
+  for (int64_t l = 0; b->names && b->names[l]; l++)
+    free(b->names[l]);
+  free(b->names), free(b->pc), free(b->rects);
+}
+
 /* Reads this rank's block of t from every piece that overlaps it. */
 static void load_tensor(Source *src, const RtProgram *p, char *mem, const RtTensor *t, const int coord[RT_AX_COUNT],
                         const char *what) {
   int64_t ld[RT_MAX_RANK] = {0};
   rt_tensor_logical_dims(p, t, ld);
-  char **names = rt_xcalloc((size_t)(t->rank ? ld[0] : 1) + 1, sizeof *names);
+  TensorBufs b = {0};
+  RtOnError cb;
+  rt_on_error(&cb, tensor_bufs_free, &b);
+  b.names = rt_xcalloc((size_t)(t->rank ? ld[0] : 1) + 1, sizeof *b.names);
   int np;
-  Piece *pc = pieces_of(src, p, t, ld, &np, names);
-  /* as many as the block has (mostly one), not MAX_RECTS: a refusal below that does not end the
-   * process (the fuzzer's harness jumps back from it) leaves little behind */
-  int nr = local_rects(p, t, coord, NULL);
-  Rect *rects = rt_xmalloc((size_t)nr * sizeof *rects);
+  const Piece *pc = pieces_of(src, p, t, ld, &np, b.names, &b.pc);
+  int nr = local_rects(p, t, coord, NULL); /* (as many as the block has, mostly one) */
+  Rect *rects = b.rects = rt_xmalloc((size_t)nr * sizeof *rects);
   local_rects(p, t, coord, rects);
   size_t es = rt_dtype_size((RtDType)t->dtype);
   Copy c = {.dst = mem + t->offset, .es = es};
@@ -556,9 +577,8 @@ static void load_tensor(Source *src, const RtProgram *p, char *mem, const RtTens
     rt_rank_error("'%s': tensor '%s' holds %s (element %lld of this rank's block): a checkpoint with non-finite values "
                   "is refused (the run that wrote it diverged; resume from an earlier checkpoint)",
                   what, t->name, rt_nonfinite_name(c.dst, t->dtype, bad), (long long)bad);
-  for (int64_t l = 0; names[l]; l++)
-    free(names[l]);
-  free(names), free(pc), free(rects);
+  rt_on_error_pop(&cb);
+  tensor_bufs_free(&b);
 }
 
 static uint64_t meta_u64(const RtJson *m, const char *key, const char *path) {
@@ -601,31 +621,38 @@ int rt_ckpt_is_sharded(const char *path) {
   return yes;
 }
 
-/* Opens path (a checkpoint directory, or with full=0 a .safetensors file): the index of a sharded
- * one, parsed and its format checked, or a logical one's model file. *ipath: the index's path (freed
- * by source_close). */
+static void fclose_v(void *f) { fclose(f); }
+
+/* Opens path (a checkpoint directory, or with full=0 a .safetensors file) into src (zeroed, or
+ * source_open's: what it holds source_close frees, also after a refusal here: the caller's cleanup): the
+ * index of a sharded one, parsed and its format checked, or a logical one's model file. src->ipath: the
+ * index's path. */
 static void source_open(Source *src, const char *path, int full) {
   struct stat sb;
   if (stat(path, &sb) != 0) rt_user_error("cannot open checkpoint '%s': %s", path, strerror(errno));
-  memset(src, 0, sizeof *src);
   if (S_ISDIR(sb.st_mode)) {
     src->dir = rt_ckpt_find(path);
     if (!src->dir) rt_user_error("'%s' holds no checkpoint (no step_* directory with a model.safetensors)", path);
     char *ipath = rt_xprintf("%s/" RT_SHARD_INDEX, src->dir);
+    src->ipath = ipath;
     if (stat(ipath, &sb) == 0) {
       FILE *f = fopen(ipath, "rb");
       if (!f) rt_user_error("cannot open '%s': %s", ipath, strerror(errno));
+      RtOnError cf, ct;
+      rt_on_error(&cf, fclose_v, f);
       fseek(f, 0, SEEK_END);
       long n = ftell(f);
       fseek(f, 0, SEEK_SET);
       if (n < 0) rt_user_error("cannot read '%s'", ipath);
       char *text = rt_xmalloc((size_t)n + 1);
+      rt_on_error(&ct, free, text);
       if (fread(text, 1, (size_t)n, f) != (size_t)n) rt_user_error("cannot read '%s'", ipath);
-      fclose(f);
       char err[128];
       src->index = rt_json_parse(text, (size_t)n, err, sizeof err);
-      src->ipath = ipath;
+      rt_on_error_pop(&ct);
       free(text);
+      rt_on_error_pop(&cf);
+      fclose(f);
       if (!src->index || src->index->kind != RT_JSON_OBJ)
         rt_user_error("'%s': malformed index: %s", ipath, src->index ? "not an object" : err);
       const RtJson *fmt = rt_json_get(src->index, "format");
@@ -633,6 +660,7 @@ static void source_open(Source *src, const char *path, int full) {
         rt_user_error("'%s': not a \"%s\" index", ipath, RT_SHARD_FORMAT);
     } else {
       free(ipath);
+      src->ipath = NULL;
       src->legacy = "model.safetensors";
     }
   } else {
@@ -653,9 +681,13 @@ static void source_close(Source *src) {
   memset(src, 0, sizeof *src);
 }
 
+static void source_close_v(void *src) { source_close(src); }
+
 void rt_ckpt_load_local(const RtProgram *p, char *mem, const int coord[RT_AX_COUNT], const char *path, int full,
                         RtTrainState *st) {
-  Source src;
+  Source src = {0};
+  RtOnError c;
+  rt_on_error(&c, source_close_v, &src);
   source_open(&src, path, full);
   const char *what = src.index ? src.ipath : src.dir ? src.dir : path;
   if (full) {
@@ -676,6 +708,7 @@ void rt_ckpt_load_local(const RtProgram *p, char *mem, const int coord[RT_AX_COU
     if (t->kind == RT_T_PARAM || (full && t->kind == RT_T_STATE)) load_tensor(&src, p, mem, t, coord, what);
   }
   rt_error_per_rank = per_rank;
+  rt_on_error_pop(&c);
   source_close(&src);
 }
 
@@ -685,9 +718,14 @@ struct RtCkptSrc {
   Source src;
 };
 
+static void src_close_v(void *s) { rt_ckpt_src_close(s); }
+
 RtCkptSrc *rt_ckpt_src_open(const char *path) {
   RtCkptSrc *s = rt_xcalloc(1, sizeof *s);
+  RtOnError c;
+  rt_on_error(&c, src_close_v, s);
   source_open(&s->src, path, 0);
+  rt_on_error_pop(&c);
   if (!s->src.index) rt_bug("rt_ckpt_src_open: '%s' is not sharded", path);
   return s;
 }

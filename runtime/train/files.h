@@ -52,6 +52,19 @@ _Noreturn void rt_rank_error(const char *fmt, ...) __attribute__((format(printf,
  * a rank's own pieces of a sharded checkpoint (ckpt_shard.c rt_ckpt_load_local), its own file of
  * one (rt_ckpt_shard_write, on the writer thread). Per thread: training goes on beside the writer. */
 extern _Thread_local int rt_error_per_rank;
+/* The error paths' cleanups: code that holds allocations or descriptors across calls that may end in a user
+ * error (the checkpoint loaders: a malformed file is found midway) registers one for them, newest on top,
+ * and pops it (without running it) where it frees them itself; rt_user_error and rt_rank_error format their
+ * message, then run this thread's registered cleanups, newest first, then exit. A trainer exits anyway; an
+ * embedding that returns from the error leaks nothing (tests/fuzz/fuzz_trainer.c: exit wrapped, a longjmp
+ * back to the harness, which before grew ~600 bytes an input). c lives in the registering frame. */
+typedef struct RtOnError {
+  void (*fn)(void *);
+  void *arg;
+  struct RtOnError *prev;
+} RtOnError;
+void rt_on_error(RtOnError *c, void (*fn)(void *), void *arg);
+void rt_on_error_pop(RtOnError *c); /* c must be the newest (rt_bug otherwise) */
 /* A bug in the runtime or in the program it was handed: prints and aborts. */
 _Noreturn void rt_bug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *rt_xmalloc(size_t bytes);

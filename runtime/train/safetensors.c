@@ -167,6 +167,8 @@ static int cmp_span(const void *x, const void *y) {
 static void check_entries(const RtStFile *s) {
   const RtJson *h = s->hdr;
   Span *sp = rt_xcalloc((size_t)h->n + 1, sizeof *sp);
+  RtOnError c;
+  rt_on_error(&c, free, sp);
   int n = 0;
   for (int i = 0; i < h->n; i++) {
     const char *name = h->keys[i];
@@ -213,14 +215,19 @@ static void check_entries(const RtStFile *s) {
     rt_user_error("'%s': the tensors' data_offsets end at byte %lld, but the data region has %lld bytes: the tensors "
                   "must tile it exactly (offsets shifted, or the file truncated or padded)",
                   s->path, (long long)end, (long long)s->data_bytes);
+  rt_on_error_pop(&c);
   free(sp);
 }
+
+static void st_close_v(void *s) { rt_st_close(s); }
 
 void rt_st_open(RtStFile *s, const char *path) {
   memset(s, 0, sizeof *s);
   s->path = path;
   s->fd = open(path, O_RDONLY);
   if (s->fd < 0) rt_user_error("cannot open checkpoint '%s': %s", path, strerror(errno));
+  RtOnError c, ct; /* (a refusal below closes s: rt_on_error) */
+  rt_on_error(&c, st_close_v, s);
   struct stat st;
   if (fstat(s->fd, &st) != 0) rt_user_error("cannot stat '%s': %s", path, strerror(errno));
   unsigned char len8[8];
@@ -233,16 +240,19 @@ void rt_st_open(RtStFile *s, const char *path) {
     rt_user_error("'%s' is not a safetensors file: header length %llu does not fit the file (%lld bytes)", path,
                   (unsigned long long)hl, (long long)st.st_size);
   char *text = rt_xmalloc(hl + 1);
+  rt_on_error(&ct, free, text);
   if (pread(s->fd, text, hl, 8) != (ssize_t)hl) rt_user_error("cannot read the header of '%s'", path);
   text[hl] = 0;
   char err[128];
   s->hdr = rt_json_parse(text, hl, err, sizeof err);
+  rt_on_error_pop(&ct);
   free(text);
   if (!s->hdr) rt_user_error("'%s': malformed safetensors header: %s", path, err);
   if (s->hdr->kind != RT_JSON_OBJ) rt_user_error("'%s': malformed safetensors header: not a JSON object", path);
   s->data_start = 8 + (int64_t)hl;
   s->data_bytes = st.st_size - s->data_start;
   check_entries(s);
+  rt_on_error_pop(&c);
 }
 
 void rt_st_close(RtStFile *s) {

@@ -53,31 +53,63 @@ static void error_line(const char *fmt, ...) {
   va_end(ap);
 }
 
-/* "error: rank R: <message>" */
-static void error_ranked(int rank, const char *fmt, va_list ap) {
-  char msg[4096];
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  error_line("rank %d: %s", rank, msg);
+_Thread_local int rt_error_per_rank;
+
+/* ---- the error paths' cleanups (files.h rt_on_error) ---- */
+
+static _Thread_local RtOnError *on_error_top;
+
+void rt_on_error(RtOnError *c, void (*fn)(void *), void *arg) {
+  c->fn = fn, c->arg = arg, c->prev = on_error_top;
+  on_error_top = c;
 }
 
-_Thread_local int rt_error_per_rank;
+void rt_on_error_pop(RtOnError *c) {
+  if (on_error_top != c) rt_bug("rt_on_error_pop: not the newest cleanup (one above it was not popped)");
+  on_error_top = c->prev;
+}
+
+/* The message of fmt (into buf, or allocated when longer), formatted before the cleanups free what its
+ * arguments point into; msg_end frees it, runs the cleanups and exits 1. */
+static char *msg_v(char *buf, size_t n, const char *fmt, va_list ap) {
+  va_list aq;
+  va_copy(aq, ap);
+  int len = vsnprintf(buf, n, fmt, aq);
+  va_end(aq);
+  if (len < 0 || (size_t)len < n) return buf;
+  char *m = malloc((size_t)len + 1);
+  if (!m) return buf; /* (out of memory: the message cut short) */
+  vsnprintf(m, (size_t)len + 1, fmt, ap);
+  return m;
+}
+
+static _Noreturn void msg_end(char *msg, const char *buf) {
+  if (msg != buf) free(msg);
+  while (on_error_top) { /* newest first; each popped before it runs */
+    RtOnError *c = on_error_top;
+    on_error_top = c->prev;
+    c->fn(c->arg);
+  }
+  exit(1);
+}
 
 static volatile sig_atomic_t ended;
 static void on_end(int sig) { ended = sig; }
 
 void rt_user_error(const char *fmt, ...) {
+  char buf[4096];
   va_list ap;
   va_start(ap, fmt);
+  char *msg = msg_v(buf, sizeof buf, fmt, ap);
+  va_end(ap);
   int world, rank = error_rank(&world);
   if (rt_error_per_rank && rank >= 0 && world > 1) {
-    error_ranked(rank, fmt, ap);
-    va_end(ap);
-    exit(1);
+    error_line("rank %d: %s", rank, msg);
+    msg_end(msg, buf);
   }
   if (rank <= 0) {
-    rt_error_v(fmt, ap);
-    va_end(ap);
-    exit(1);
+    error_line("%s", msg);
+    msg_end(msg, buf);
   }
   /* rank 0 prints the same line: wait for the launcher's end of the job (see files.h) */
   fflush(stdout);
@@ -93,21 +125,22 @@ void rt_user_error(const char *fmt, ...) {
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
-  if (!ended) error_ranked(rank, fmt, ap);
-  va_end(ap);
-  exit(1); /* (atexit: the comm's shared-memory regions go) */
+  if (!ended) error_line("rank %d: %s", rank, msg);
+  msg_end(msg, buf); /* (atexit: the comm's shared-memory regions go) */
 }
 
 void rt_rank_error(const char *fmt, ...) {
+  char buf[4096];
   va_list ap;
   va_start(ap, fmt);
+  char *msg = msg_v(buf, sizeof buf, fmt, ap);
+  va_end(ap);
   int world, rank = error_rank(&world);
   if (rank >= 0 && world > 1)
-    error_ranked(rank, fmt, ap);
+    error_line("rank %d: %s", rank, msg);
   else
-    rt_error_v(fmt, ap);
-  va_end(ap);
-  exit(1);
+    error_line("%s", msg);
+  msg_end(msg, buf);
 }
 
 void rt_bug(const char *fmt, ...) {

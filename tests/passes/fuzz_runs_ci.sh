@@ -10,7 +10,7 @@
 #             last step (a normal end), --sample
 #   20700003  tp 4 + sp, 4 accumulation micro-steps, recompute full   logical (odd seed)
 #   20700030  bf16, tp 2 + sp, 2 accumulation micro-steps, 1f1b       sharded; its step 2 resumed under
-#             dp 2 x tp 2 + sp x ZeRO-3 (another layout)
+#             dp 2 x tp 2 + sp x ZeRO-3 offload (another layout; offload a no-op on the CPU target)
 #   20700029  dp 2 x ZeRO-1: the seed whose logical checkpoint did not resume under its layout
 #             (runtime/train/ckpt.c rt_ckpt_per_layer; mr_zero's "one->z1")         logical; SIGTERM to rank 0
 #             before step 1 (stopped after it, resumed), --sample
@@ -30,7 +30,7 @@ declare -A checks=(
   [20700024]="sample"
   [20700046]="stop at step 3 (rank 0); sample"
   [20700003]="worst |rel| [0-9.e-]*)$"
-  [20700030]="relayout to 4 ranks: dp 2, tp 2, cp 1, pp 1, sp on, zero 3"
+  [20700030]="relayout to 4 ranks: dp 2, tp 2, cp 1, pp 1, sp on, zero 3 offload"
   [20700029]="stop at step 1 (rank 0); sample"
 )
 seeds=()
