@@ -64,8 +64,10 @@ int cg_emit_counted(Cg *c, Node *n, int (*emit)(Cg *c, Node *n)) {
     line_calls(c, n, s, len, calls, &once);
     size_t ind = 0;
     while (ind < len && s[ind] == ' ') ind++;
+    static const char *const lit[RT_KC_COUNT] = {[RT_KC_GEMM] = "RT_KC_GEMM", [RT_KC_ATTN] = "RT_KC_ATTN",
+                                                 [RT_KC_MEM] = "RT_KC_MEM"};
     for (int cls = 0; cls < RT_KC_COUNT; cls++)
-      if (calls[cls]) fprintf(out, "%.*srt_kcalls[%d] += %d;\n", (int)ind, s, cls, calls[cls]);
+      if (calls[cls]) fprintf(out, "%.*srt_kcalls[%s] += %d;\n", (int)ind, s, lit[cls], calls[cls]);
     fwrite(s, 1, len, out);
     fputc('\n', out);
     s += len + (nl ? 1 : 0);

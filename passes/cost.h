@@ -117,7 +117,7 @@ typedef struct {
 
 /* The CUDA target's kernels for node n at position pos of its graph (-1: not known: one), as
  * codegen/target_cuda.c emits them after the passes that fuse (passes/cost_cuda.c): 0 where another
- * node's kernel computes it, -1 where it runs as copies and no kernel (a concat: rt_cu_copy_block),
+ * node's kernel computes it, -1 where it runs as copies and no kernel (a concat, slice, pad: rt_cu_copy_block; a shard slice),
  * else how many it launches; *extra: the bytes its kernel moves beyond n's
  * own operands (a GEMM's epilogue's, the fused cross-entropy's gradient). */
 int cost_cuda_kernels(const Node *n, int pos, double *extra);
