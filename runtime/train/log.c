@@ -8,6 +8,7 @@
 
 #include "../comm/comm.h"
 #include "../kernels/kernels.h"
+#include "../fmt.h" /* rt_fmt_bytes */
 #include "../schedule.h"
 #include "../ops/coll.h" /* rt_ctx_coord */
 #include "files.h" /* rt_tensor_held */
