@@ -179,7 +179,7 @@ cat "$t/cuda.err" >&2
 kc=$(grep '^kernel calls per step (rank 0' "$t/cuda.out") || fail "$what: no kernel calls line"
 [[ $kc == *": as planned" ]] && ! grep -q 'kernel calls of step .* differ\|ran other kernel calls' "$t/cuda.err" ||
   fail "$what: $kc; $(grep 'kernel calls' "$t/cuda.err")"
-echo "$what: ${kc#kernel calls per step (rank 0, step 1): } kernel calls a step"
+echo "$what: kernel calls a step ${kc#kernel calls per step (rank 0, step 1): }"
 # the CUDA program communicates (a plan the shard pass left replicated would pass vacuously)
 "$shardc" plan "${m[@]}" "${plan[@]}" --world "$np" --target cuda --emit-c "$t/src" >/dev/null 2>&1
 ncoll=$(cat "$t"/src/*.c | grep -c "rt_coll_[a-z_]*(ctx" || true)
