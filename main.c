@@ -493,7 +493,8 @@ static int compile(int argc, char **argv, Diag *diag) {
                   .ndefines = ndefines,
                   .topology_file = topology,
                   .world = world,
-                  .profile_file = profile};
+                  .profile_file = profile,
+                  .cpu_llvm_kernels = cg.llvm_kernels}; /* (the one decision: the trainer's kernels and the cost model's) */
   int user_defines = ndefines; /* the search pins these (a base's defines below are not pinned: search_base) */
   if (search && !compare && search_base(&arena, input, &fo, defines, &ndefines, (int)(sizeof defines / sizeof defines[0])))
     fo.ndefines = ndefines;

@@ -43,7 +43,9 @@
  *   elem_*_s         the C elementwise kernels the CPU trainers call (runtime/ops/ops.c), seconds
  *                    per element over 128 Ki floats: rt_binary_f32 flat, through broadcast indices
  *                    ([8,64,256] + [8,1,256]), rt_reduce_to_f32 through indices ([512,256] -> [512,1]),
- *                    rt_unary_f32 gelu (libm tanhf) and exp, on activation-sized inputs (|x| < 0.25).
+ *                    rt_unary_f32 gelu (libm tanhf) and exp, on activation-sized inputs (|x| < 0.25);
+ *   llvm_elem_*_s    the same flat add, gelu and exp as the LLVM-built kernels (--cpu-kernels llvm, the trainers'
+ *                    default) run them, on the same inputs (bench/calibrate_llvm.c).
  * peak_flops (MFU's denominator) stays the topology's (rt_measure_peak_flops: the trainer's, per thread CPU time).
  * The links are not measured here (comm_bench measures the collectives; docs/planner.md): the profile
  * leaves them out, so the topology's figures stay; overlap is 0 (a CPU rank progresses its own
@@ -56,6 +58,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "calibrate_llvm.h"
 #include "kernels/kernels.h"
 #include "ops.h"
 
@@ -411,6 +414,11 @@ int main(int argc, char **argv) {
   Elem el = {0, randv(ELEM_N), randv(ELEM_N), randv(ELEM_N)};
   for (int i = 0; i < ELEM_N; i++) el.x[i] *= 0.5f; /* |x| < 0.25: activations, tanhf's common range */
   for (el.which = 0; el.which < 5; el.which++) elem[el.which] = time_call(run_elem, &el) / ELEM_N;
+  double lelem[CAL_LLVM_COUNT];
+  char *lwhy = NULL;
+  bool llvm = calibrate_llvm_elem(time_call, el.x, el.b, el.y, ELEM_N, lelem, &lwhy);
+  if (!llvm) fprintf(stderr, "calibrate: the LLVM kernels not measured (%s): the profile prices them as the C ones\n", lwhy);
+  free(lwhy);
   free(el.x), free(el.b), free(el.y);
 
   Xent xe = {64, 50257, NULL, NULL, NULL, NULL};
@@ -464,6 +472,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 5; i++) fprintf(f, "%s   %.4g   # s per element, runtime/ops/ops.c\n", ek[i], elem[i]);
   fprintf(f, "elem_xent_s      %.4g   # s per logit, cross-entropy forward + backward, 64 x 50257 (forward alone %.3g)\n",
           xent, xent_fwd);
+  static const char *const lk[] = {"llvm_elem_flat_s", "llvm_elem_tanh_s", "llvm_elem_exp_s "};
+  for (int i = 0; llvm && i < CAL_LLVM_COUNT; i++)
+    fprintf(f, "%s   %.4g   # s per element, the LLVM kernels (--cpu-kernels llvm), bench/calibrate_llvm.c\n", lk[i], lelem[i]);
   if (fclose(f) != 0) {
     perror(argv[1]);
     return 1;

@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
       arena_init(&a);
       const char *dirs[] = {argv[1]};
       FeDefine d = {"layers", runs[r].layers};
-      FeOptions o = {dirs, 1, &d, runs[r].layers ? 1 : 0, NULL, 0, NULL};
+      FeOptions o = {dirs, 1, &d, runs[r].layers ? 1 : 0, NULL, 0, NULL, false};
       char path[4096];
       snprintf(path, sizeof path, "%s/%s", argv[1], runs[r].file);
       double t0 = now_ms();

@@ -24,8 +24,8 @@ foreach(variant "openblas;openblas-pthread;openblas" "openblas_omp;openblas-open
 endforeach()
 
 # The cost model's CPU profile (docs/planner.md): bench_calibrate PROFILE [threads]
-add_executable(bench_calibrate ${CMAKE_CURRENT_SOURCE_DIR}/calibrate.c)
-target_link_libraries(bench_calibrate PRIVATE shardrt)
+add_executable(bench_calibrate ${CMAKE_CURRENT_SOURCE_DIR}/calibrate.c ${CMAKE_CURRENT_SOURCE_DIR}/calibrate_llvm.c)
+target_link_libraries(bench_calibrate PRIVATE shardc_codegen shardrt ${CMAKE_DL_LIBS})
 shardc_warnings(bench_calibrate)
 
 # The fp32 ceiling of a CPU step (docs/performance.md, "Where the CPU step goes"):

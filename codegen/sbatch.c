@@ -76,7 +76,9 @@ bool cg_write_sbatch(const Module *m, const char *path, const char *trainer, con
    * the first run's log, its stop included, was lost on a real Slurm 22.05 (docs/trainer.md) */
   fprintf(f, "#SBATCH --open-mode=append\n");
   /* 120 s before the time limit the launcher gets SIGUSR1, has the ranks stop after a checkpoint
-   * (status 75) and requeues the job, which resumes from it (docs/trainer.md, Signals) */
+   * (status 75) and requeues the job, which resumes from it (docs/trainer.md, Signals); without this
+   * line the limit's SIGTERM does the same, told from scancel's by the job's Reason=TimeLimit, but
+   * leaves the checkpoint only Slurm's KillWait (30 s by default) */
   fprintf(f, "#SBATCH --signal=B:USR1@120\n");
   fprintf(f, "#SBATCH --requeue\n");
   fprintf(f, "set -euo pipefail\n");

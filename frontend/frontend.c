@@ -237,6 +237,7 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
   Module *m = ARENA_NEW(a, Module);
   m->arena = a;
   m->cost_profile = o->profile_file;
+  m->cpu_llvm_kernels = o->cpu_llvm_kernels;
   ir_plan_defaults(&m->plan);
   ir_recipe_defaults(&m->recipe);
   m->nsyms = 2;

@@ -16,6 +16,7 @@ typedef struct {
   const char *topology_file; /* --topology FILE: replaces any topology block */
   int world; /* --world N: ranks the plan is for (0: the topology's); the mesh is resolved on it (ir/mesh.h) */
   const char *profile_file; /* --profile FILE: the device figures of the passes' cost model (Module.cost_profile) */
+  bool cpu_llvm_kernels; /* the CPU trainer's kernels are LLVM's (Module.cpu_llvm_kernels; main.c's --cpu-kernels) */
 } FeOptions;
 
 /* Parses `path` and its imports, applies overrides, and lowers the model to IR

@@ -283,6 +283,9 @@ typedef struct {
     const char *why; /* the decision, for the memory report (NULL: no zb W loop under recompute) */
     bool why_fit;    /* why is recompute_zbw_auto_why's, from Plan.fit (as wcopy's) */
   } zbw;
+  bool cpu_llvm_kernels; /* the CPU target's trainer runs the LLVM-built kernels (--cpu-kernels llvm, the default
+                            where LLVM builds for the host: main.c decides, once, for codegen and this): the cost
+                            model prices its elementwise loops at their rates (passes/cost_op.c) */
   const char *cost_profile; /* `--profile FILE`: the device figures the passes' cost model reads (NULL: the
                                topology's, passes/cost.c's cost_device_defaults) */
 } Module;

@@ -80,6 +80,9 @@ typedef struct {
   CostLink link[2];    /* [0] inside a node, [1] across nodes */
   double peak_flops;   /* the device's peak at the plan's precision: MFU's denominator */
   double elem_s[COST_EL_COUNT]; /* seconds per element of those loops (0: bandwidth only, the GPU's) */
+  double llvm_elem_s[COST_EL_COUNT]; /* the LLVM-built kernels' (codegen/target_llvm.c, Module.cpu_llvm_kernels): a
+                                        flat or bias loop, gelu / tanh, exp (cost_elem_llvm); the other loops are
+                                        the C kernels' in both trainers (elem_s) */
   CostLink host_link;  /* host <-> device (PCIe), per direction (the two directions run at once): latency per
                           copy, bytes/s */
   double host_bytes_per_s; /* bytes read + written per second by the host's kernels (plan offload's update on
@@ -133,6 +136,11 @@ void cost_cuda_group_uses(const Module *m, PtrMap *uses);
 
 /* The device from m's topology (no topology: a generic CPU core), at the efficiencies of cost.c. */
 void cost_device_defaults(const Module *m, CostDevice *d);
+/* Whether the LLVM kernels run loop el (the rest are the C kernels' whatever --cpu-kernels says). */
+bool cost_elem_llvm(CostElem el);
+/* Seconds per element of loop el in m's trainer: the LLVM kernels' where it runs them (Module.cpu_llvm_kernels,
+ * the one decision main.c makes for codegen too), else the C kernels'. */
+double cost_elem_s(const Module *m, const CostDevice *d, CostElem el);
 /* Overrides d's figures with those a profile file gives (passes/cost_profile.c; format in
  * docs/planner.md). Reports `file:line:col` errors and returns false on a bad file. */
 bool cost_profile_read(const char *path, CostDevice *d);

@@ -48,6 +48,20 @@ static const struct {
                   {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9, 1.7e-9}},
 };
 
+/* The LLVM kernels' loops (codegen/llvm_kernels.c, vectorised; gelu and tanh through its own tanh, not libm's
+ * tanhf): bench_calibrate's llvm_elem_*_s on one core of this Xeon (AVX-512; 2026-11-28, docs/performance.md
+ * "Recompute's price on the CPU": 0.19-0.52 ns flat, 0.51-0.53 tanh, 0.28-0.30 exp), where the C kernels' measured
+ * 0.16-0.55, 0.50-0.56, 0.29-0.32 (this glibc's tanhf loop vectorised). The C figures above
+ * are the AMD EPYC's (12 ns a tanhf): what the default trainers (the LLVM kernels) do not run. */
+static const double llvm_elem_s[COST_EL_COUNT] = {[COST_EL_FLAT] = 0.3e-9, [COST_EL_TANH] = 0.5e-9,
+                                                  [COST_EL_EXP] = 0.3e-9};
+
+bool cost_elem_llvm(CostElem el) { return el == COST_EL_FLAT || el == COST_EL_TANH || el == COST_EL_EXP; }
+
+double cost_elem_s(const Module *m, const CostDevice *d, CostElem el) {
+  return m->target == TARGET_CPU && m->cpu_llvm_kernels && cost_elem_llvm(el) ? d->llvm_elem_s[el] : d->elem_s[el];
+}
+
 void cost_device_defaults(const Module *m, CostDevice *d) {
   memset(d, 0, sizeof *d);
   const Topology *t = &m->topo;
@@ -77,7 +91,10 @@ void cost_device_defaults(const Module *m, CostDevice *d) {
   d->bytes_per_s = eff[k].bw * hbm;
   d->op_overhead_s = eff[k].overhead_s;
   d->overlap = eff[k].overlap;
-  if (m->target == TARGET_CPU) memcpy(d->elem_s, eff[KIND_CPU].elem_s, sizeof d->elem_s);
+  if (m->target == TARGET_CPU) {
+    memcpy(d->elem_s, eff[KIND_CPU].elem_s, sizeof d->elem_s);
+    for (int el = 0; el < COST_EL_COUNT; el++) d->llvm_elem_s[el] = cost_elem_llvm(el) ? llvm_elem_s[el] : d->elem_s[el];
+  }
   for (int side = 0; side < 2; side++) {
     const Link *l = side ? &t->inter : &t->intra;
     d->link[side].latency_s = m->has_topology && l->latency_s > 0 ? l->latency_s : side ? 50e-6 : 2e-6;
@@ -113,9 +130,21 @@ static double attn_flops(const Module *m, const Node *n, double *scores) {
   return 4.0 * *scores * (double)q->dim[2] / heads;
 }
 
+/* Whether x is y's leading dims (trailing 1s aside): a per-row value. */
+static bool leading_of(const Shape *y, const Shape *x) {
+  int last = x->rank;
+  while (last > 0 && x->dim[last - 1] == 1) last--;
+  if (x->rank > y->rank) return false;
+  for (int d = 0; d < last; d++)
+    if (x->dim[d] != y->dim[d + y->rank - x->rank]) return false;
+  for (int d = 0; d < y->rank - x->rank; d++)
+    if (y->dim[d] != 1) return false;
+  return true;
+}
+
 /* The CPU target's elementwise loop of node n and its element count (runtime/ops/ops.c's choice of
  * loop, which codegen/target_cpu.c's calls reach); -1 for other nodes. */
-static int cpu_elem(const Node *n, double *count) {
+static int cpu_elem(const Module *m, const Node *n, double *count) {
   const Shape *y = &n->out[0]->shape;
   int64_t ny = ir_numel(y), inner = y->rank ? y->dim[y->rank - 1] : 1;
   *count = (double)ny;
@@ -123,6 +152,10 @@ static int cpu_elem(const Node *n, double *count) {
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MAXIMUM: case OP_MINIMUM: {
     int64_t na = ir_numel(&n->in[0]->shape), nb = ir_numel(&n->in[1]->shape);
     bool flat = (na == ny && (nb == ny || nb == 1 || nb == inner)) || (nb == ny && (na == 1 || na == inner));
+    /* the LLVM kernels index a per-row value ([r, 1] against [r, c]: codegen/target_llvm.c's LLK_COL) in their
+     * vector loop too */
+    if (!flat && m->cpu_llvm_kernels && (na == ny || nb == ny))
+      flat = leading_of(y, &n->in[na == ny ? 1 : 0]->shape);
     return flat ? COST_EL_FLAT : COST_EL_INDEXED;
   }
   case OP_NEG: case OP_SCALE: case OP_ADD_SCALAR: case OP_SQRT: case OP_RSQRT: case OP_RELU: return COST_EL_FLAT;
@@ -242,8 +275,8 @@ double cost_op_time(const Module *m, const CostDevice *d, const Node *n, bool in
   default: {
     *kind = T_MEM;
     double count;
-    int el = m->target == TARGET_CPU ? cpu_elem(n, &count) : -1;
-    return el >= 0 ? fmax(mem, count * d->elem_s[el]) : mem;
+    int el = m->target == TARGET_CPU ? cpu_elem(m, n, &count) : -1;
+    return el >= 0 ? fmax(mem, count * cost_elem_s(m, d, el)) : mem;
   }
   }
 }

@@ -42,6 +42,9 @@ static const ProfileKey keys[] = {
     {"elem_tanh_s", F(elem_s[COST_EL_TANH]), "seconds per element, CPU tanh and gelu (libm tanhf)"},
     {"elem_exp_s", F(elem_s[COST_EL_EXP]), "seconds per element, CPU exp, log, sigmoid, silu (libm)"},
     {"elem_xent_s", F(elem_s[COST_EL_XENT]), "seconds per logit, CPU cross-entropy (forward and backward in one pass)"},
+    {"llvm_elem_flat_s", F(llvm_elem_s[COST_EL_FLAT]), "seconds per element, the LLVM kernels' flat / bias / per-row loops"},
+    {"llvm_elem_tanh_s", F(llvm_elem_s[COST_EL_TANH]), "seconds per element, the LLVM kernels' tanh and gelu"},
+    {"llvm_elem_exp_s", F(llvm_elem_s[COST_EL_EXP]), "seconds per element, the LLVM kernels' exp, log, sigmoid, silu"},
     {"host_link_bandwidth", F(host_link.bytes_per_s), "bytes/s per direction between host and device (PCIe), plan offload's copies"},
     {"host_link_latency", F(host_link.latency_s), "seconds per host <-> device copy"},
     {"host_bandwidth", F(host_bytes_per_s), "bytes/s read + written by the host's kernels (plan offload's update)"},
@@ -128,7 +131,7 @@ bool cost_profile_read(const char *path, CostDevice *d) {
                                                    "gemm_cold_bytes", "host_link_latency",
                                                    "attention_score_flops", "attention_bwd_ratio", "attention_bwd_score_flops",
                                                    "time_spread"};
-        bool zero_ok = frac || flag || strncmp(k, "elem_", 5) == 0;
+        bool zero_ok = frac || flag || strncmp(k, "elem_", 5) == 0 || strncmp(k, "llvm_elem_", 10) == 0;
         for (size_t z = 0; z < sizeof may_be_zero / sizeof *may_be_zero; z++) zero_ok |= strcmp(k, may_be_zero[z]) == 0;
         if (v == num_end || *num_end || errno || !(x >= 0) || (frac && x > 1) || (flag && x != 0 && x != 1) ||
             (!zero_ok && x <= 0)) {
@@ -151,6 +154,14 @@ bool cost_profile_read(const char *path, CostDevice *d) {
    * in it: the defaults' terms on top would count it twice, so they are 0 (the flat rate, as it was measured). */
   if (seen[key_index("gemm_flops")] && !seen[key_index("gemm_out_s")]) out.gemm_out_s = 0;
   if (seen[key_index("gemm_flops")] && !seen[key_index("gemm_in_s")]) out.gemm_in_s = 0;
+  /* A loop the profile measured for the C kernels only (a profile from before the LLVM ones were measured): the
+   * LLVM kernels' at that figure too, as such a profile was read then (not the defaults' machine's) */
+  static const char *const pairs[][2] = {{"elem_flat_s", "llvm_elem_flat_s"}, {"elem_tanh_s", "llvm_elem_tanh_s"},
+                                         {"elem_exp_s", "llvm_elem_exp_s"}};
+  for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+    const ProfileKey *c = &keys[key_index(pairs[i][0])], *l = &keys[key_index(pairs[i][1])];
+    if (seen[c - keys] && !seen[l - keys]) *(double *)((char *)&out + l->off) = *(double *)((char *)&out + c->off);
+  }
   if (strncmp(out.source, "profile ", 8) != 0) snprintf(out.source, sizeof out.source, "profile %s", path);
   *d = out;
   return true;

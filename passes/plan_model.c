@@ -153,7 +153,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   } else if (c->cp > 1) { /* ring attention merges score blocks elementwise: every local query against the
                            * whole sequence, per head (d / 64), ~20 exp-loop elements each (tiny, cp 2: 4 x the time) */
     double el = accum * lst * tok / tp * pm->seq * (d / 64) * 20;
-    e->mem_s += dev->elem_s[COST_EL_EXP] > 0 ? el * dev->elem_s[COST_EL_EXP] : el * 4 / dev->bytes_per_s;
+    double exp_s = cost_elem_s(base, dev, COST_EL_EXP);
+    e->mem_s += exp_s > 0 ? el * exp_s : el * 4 / dev->bytes_per_s;
   }
   double kernels = accum * (lst * kern_layer[r] + KERN_HEAD) + (off ? 0 : pm->ntensors * KERN_OPT_PER_TENSOR / pp);
   e->kern_s = pm->k_kern * kernels * dev->op_overhead_s;

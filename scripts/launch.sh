@@ -32,12 +32,18 @@
 # without restarting (the next launch resumes from that checkpoint). --requeue (in a Slurm job:
 # the --sbatch script's) then runs `scontrol requeue $SLURM_JOB_ID` and returns 0, so the job runs
 # again and resumes there (the job must be requeueable: `#SBATCH --requeue`) — unless the launcher
-# got SIGTERM, a cancel (`scancel JOBID`): then it returns 75 and the job stays cancelled.
-# --done-file PATH: each attempt's trainer gets SHARDRT_DONE_FILE=PATH, which its rank 0 writes once
-# the run has completed; a status 0 without it is a failure (status 70, restarted): srun returns 0
-# when its tasks failed to launch ("task 0 launch failed", Slurm 22.05). PATH (relative: to the
-# current directory, which srun's tasks share) must be seen by rank 0 and the launcher alike; the
-# --sbatch script gives .shardc-JOBID.done. The launcher removes it after each attempt.
+# got SIGTERM, a cancel (`scancel JOBID`): then it returns 75 and the job stays cancelled. A SIGTERM
+# that Slurm sent at the job's time limit (reached without --signal's warning) is told from a cancel
+# by the job's Reason, which slurmctld sets before it signals: `scontrol show job` says
+# Reason=TimeLimit (a cancel: Reason=None; Slurm 22.05); that stop is requeued like SIGUSR1's.
+# --done-file PATH: before each attempt the launcher writes PATH ("waiting: ..."), and the trainer
+# gets SHARDRT_DONE_FILE=PATH: its rank 0 stops at once with status 1 (not restarted) when it does
+# not see that file (it runs where the launcher's directory is not: no shared file system), and
+# overwrites it with "done: ..." once the run has completed; a status 0 without that is a failure
+# (status 70, restarted): srun returns 0 when its tasks failed to launch ("task 0 launch failed",
+# Slurm 22.05). PATH (relative: to the current directory, which srun's tasks start in) must be on a
+# file system rank 0 and the launcher share; the --sbatch script gives .shardc-JOBID.done in the
+# directory sbatch ran in. The launcher removes it after each attempt.
 # The launcher's own flags are checked before anything starts: --np a positive integer, --delay
 # seconds, --model and --shardc only with --elastic M (status 2 otherwise).
 set -uo pipefail
@@ -148,7 +154,9 @@ interrupted=""
 trap 'interrupted=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' INT
 while :; do
   if [ -n "$done_file" ]; then
-    rm -f -- "$done_file"
+    # (rank 0 checks that it sees this file: the shared file system --done-file needs)
+    printf 'waiting: attempt %d of launch.sh (pid %d) on %s\n' $((attempt + 1)) $$ "${HOSTNAME:-?}" >"$done_file" ||
+      { echo "launch.sh: --done-file '$done_file': cannot write it" >&2; exit 2; }
     export SHARDRT_DONE_FILE=$done_file
   fi
   # in the background, so that a signal's trap runs at once (bash runs it only once a foreground
@@ -165,7 +173,7 @@ while :; do
   rc=$?
   child=""
   if [ -n "$done_file" ]; then
-    if [ $rc -eq 0 ] && [ ! -e "$done_file" ]; then
+    if [ $rc -eq 0 ] && ! grep -q '^done:' "$done_file" 2>/dev/null; then
       echo "launch.sh: attempt $((attempt + 1)) ended with status 0 but its trainer did not complete (no $done_file from rank 0: srun returns 0 when its tasks failed to launch); counted as a failure (status 70)" >&2
       rc=70
     fi
@@ -178,12 +186,19 @@ while :; do
   if [ $rc -eq 75 ]; then
     echo "launch.sh: the trainer stopped on a signal after saving a checkpoint (status 75): not restarting; --resume auto continues from it" >&2
     # SIGTERM to the launcher is a cancel (scancel JOBID signals every process of the job, the
-    # batch script included; so does the time limit reached without --signal's warning): a real
-    # Slurm 22.05 requeued a job cancelled so, which then ran again. Only SIGUSR1 (the warning, or
-    # scancel --signal=USR1 --batch) or a stop the ranks alone were signalled for is requeued.
+    # batch script included): a real Slurm 22.05 requeued a job cancelled so, which then ran again.
+    # Slurm sends the same SIGTERM at the time limit reached without --signal's warning; that one
+    # sets the job's Reason=TimeLimit first (tests/slurm/real.sh), and is requeued. So are SIGUSR1
+    # (the warning, or scancel --signal=USR1 --batch) and a stop the ranks alone were signalled for.
     if [ -n "$requeue" ] && [ -n "$termed" ]; then
-      echo "launch.sh: --requeue: not requeueing ${SLURM_JOB_ID:+job $SLURM_JOB_ID }after SIGTERM (a cancel: scancel, or the time limit without #SBATCH --signal's warning)" >&2
-      exit 75
+      reason=""
+      [ -n "${SLURM_JOB_ID:-}" ] &&
+        reason=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | tr ' ' '\n' | sed -n 's/^Reason=//p')
+      if [ "$reason" != TimeLimit ]; then
+        echo "launch.sh: --requeue: not requeueing ${SLURM_JOB_ID:+job $SLURM_JOB_ID }after SIGTERM (a cancel: scancel; Slurm's Reason for the job: '${reason:-unknown}', not TimeLimit)" >&2
+        exit 75
+      fi
+      echo "launch.sh: --requeue: the SIGTERM was Slurm's at the job's time limit (Reason=TimeLimit, no --signal warning before it): requeueing" >&2
     fi
     if [ -n "$requeue" ]; then
       [ -n "${SLURM_JOB_ID:-}" ] || { echo "launch.sh: --requeue: not in a Slurm job (no SLURM_JOB_ID)" >&2; exit 75; }

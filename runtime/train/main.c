@@ -469,7 +469,25 @@ static void train_loop(RtRun *r, RtLoop *loop) {
 
 /* SHARDRT_DONE_FILE (scripts/launch.sh --done-file sets it): rank 0 writes it once the run has
  * completed, so that the launcher tells a finished run from a launcher's status 0 for tasks that never
- * ran (srun's, after "task 0 launch failed", on a real Slurm 22.05). */
+ * ran (srun's, after "task 0 launch failed", on a real Slurm 22.05). The launcher writes the file
+ * ("waiting: ...") before each attempt: a rank 0 that does not see it runs where the launcher's
+ * directory is not (another node, no shared file system), and its "done" would never reach the
+ * launcher, which would take every completed run for a failed one and train it again: a user error,
+ * said before any step (status 1: the launcher does not restart it). */
+static void check_done_file(const RtRun *r) {
+  const char *path = getenv("SHARDRT_DONE_FILE");
+  if (!path || !*path || r->ctx.rank != 0 || access(path, F_OK) == 0) return;
+  int err = errno;
+  char host[256] = "?";
+  if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+  host[sizeof host - 1] = 0;
+  rt_rank_error("SHARDRT_DONE_FILE='%s' (scripts/launch.sh --done-file): rank 0, on host %s, does not see the file the "
+                "launcher wrote there before this attempt (%s): the launcher would never see rank 0's 'done' either. "
+                "--done-file needs a file system that rank 0 and the launcher share: run the job from a directory on "
+                "one (Slurm: sbatch from a shared directory), or give an absolute path on one",
+                path, host, strerror(err));
+}
+
 static void write_done_file(const RtRun *r) {
   const char *path = getenv("SHARDRT_DONE_FILE");
   if (!path || !*path || r->ctx.rank != 0) return;
@@ -499,6 +517,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
 
   run_init(r, &argc, &argv);
   if (o->save_to) rt_ckpt_check_dir(o->save_to); /* a bad --save-to fails now, not after the training */
+  check_done_file(r); /* a done file rank 0 cannot share with the launcher fails now, too */
   if (o->init_from && access(o->init_from, R_OK) != 0) /* (the reader's error did not name the flag) */
     rt_user_error("--init-from: cannot open '%s': %s", o->init_from, strerror(errno));
   if (o->sample) rt_run_sample_check(r);         /* so does a --sample the program cannot serve */

@@ -8,6 +8,11 @@
 #     SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID: "via srun"), and after a kill -9 of a rank at
 #     step 6 its launcher restarts the step with --resume auto: every step's loss and the step-12
 #     checkpoint bit-identical to an mpirun run's;
+#   - srun's status 0 for tasks that never launched is restarted (--done-file); tasks that do not
+#     share the job's directory (FAKE_SRUN_CHDIR) stop before any step with status 1, not restarted;
+#   - SIGUSR1 to the batch script (the warning) and SIGTERM at the time limit (the fake scontrol's
+#     Reason=TimeLimit) requeue the job after the ranks' stop; SIGTERM from scancel (Reason=None) does
+#     not;
 #   - srun with the wrong task count is refused with the count to use.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
@@ -56,6 +61,17 @@ grep -q "launch.sh: attempt 1 ended with status 0 but its trainer did not comple
   { cat "$t/f.out"; ls -A "$t"; fail "srun's status 0 without a launch: not restarted (or the done file left)"; }
 [ "$(last "$t/a.jsonl")" = "$(last "$t/f.jsonl")" ] || fail "after a failed launch: losses differ from mpirun's"
 echo "sbatch: srun's status 0 for tasks that never launched is restarted (--done-file); the run then ends bit-identically"
+# --done-file where rank 0 does not share the job's directory (its node has a directory of its own:
+# FAKE_SRUN_CHDIR): rank 0 does not see the launcher's file, and stops before any step with status 1,
+# which is not restarted (its "done" would never have reached the launcher: every completed run
+# trained again, up to --max-restarts times)
+mkdir "$t/elsewhere"
+rc=0
+FAKE_SRUN_CHDIR=$t/elsewhere SHARDC_CKPT=$t/N sbatch job.sh "${run[@]}" "${ck[@]}" >"$t/n.out" 2>&1 || rc=$?
+[ $rc = 1 ] && grep -q "SHARDRT_DONE_FILE='.shardc-[0-9]*.done' (scripts/launch.sh --done-file): rank 0, on host .* does not see the file the launcher wrote" "$t/n.out" &&
+  grep -q "launch.sh: the trainer stopped with status 1" "$t/n.out" && ! grep -q "^step \|restart 1" "$t/n.out" && [ ! -e "$t/N/step_00000004" ] ||
+  { cat "$t/n.out"; fail "--done-file not shared with rank 0: no clear error before any step, or restarted (status $rc)"; }
+echo "sbatch: a done file rank 0 cannot see (no shared file system) stops the job before any step, status 1, not restarted"
 # Slurm's warning before the time limit (#SBATCH --signal=B:USR1@120: SIGUSR1 to the batch script,
 # i.e. the launcher it execs): forwarded through srun to the ranks, which stop after step 3 (every
 # rank held there by SHARDRT_FAULT_WAIT until the signal is in) with its checkpoint; the launcher
@@ -76,16 +92,36 @@ SHARDC_CKPT=$t/S sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/s.jsonl" >"$t/s2
 grep -q -- "--resume auto: resuming from $t/S/step_00000003" "$t/s2.out" || { cat "$t/s2.out"; fail "the requeued job did not resume from step 3"; }
 [ "$(last "$t/a.jsonl")" = "$(last "$t/s.jsonl")" ] || { paste <(last "$t/a.jsonl") <(last "$t/s.jsonl"); fail "requeued: losses differ from mpirun's"; }
 echo "sbatch: SIGUSR1 to the batch script stopped both ranks after step 3 with its checkpoint, requeued; the requeued job resumed bit-identically"
-# scancel JOBID (SIGTERM to every process of the job, the batch script included) is a cancel: the
-# ranks stop with their checkpoint, but the job is not requeued (a real Slurm 22.05 requeued it)
+# the time limit reached without --signal's warning: Slurm SIGTERMs every process of the job, as
+# scancel does, but sets the job's Reason=TimeLimit first (a real Slurm 22.05: tests/slurm/real.sh):
+# the ranks stop after step 3 with its checkpoint, and the launcher requeues the job
+export FAKE_SLURM_JOBS=$t/jobs
+mkdir "$t/jobs"
+SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$t/T sbatch job.sh "${run[@]}" "${ck[@]}" >"$t/tl.out" 2>&1 &
+spid=$!
+held_ranks "$t/tl.out" 3 2
+echo "JobState=COMPLETING Reason=TimeLimit" >"$t/jobs/$spid"
+kill -TERM $spid
+rc=0
+wait $spid || rc=$?
+[ $rc = 0 ] && grep -q "^stopped on SIGUSR1 after step 3 of 12: checkpoint $t/T/step_00000003 saved" "$t/tl.out" &&
+  grep -q "launch.sh: --requeue: the SIGTERM was Slurm's at the job's time limit (Reason=TimeLimit" "$t/tl.out" &&
+  grep -q "fake scontrol: requeue $spid" "$t/tl.out" && grep -q "launch.sh: job $spid requeued" "$t/tl.out" ||
+  { cat "$t/tl.out"; fail "SIGTERM at the time limit (Reason=TimeLimit): no stop at step 3 and requeue (status $rc)"; }
+echo "sbatch: SIGTERM at the time limit (Reason=TimeLimit) stopped both ranks after step 3 with its checkpoint, requeued"
+# scancel JOBID (SIGTERM to every process of the job, the batch script included; Reason=None) is a
+# cancel: the ranks stop with their checkpoint, but the job is not requeued (a real Slurm 22.05
+# requeued it)
 SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$t/K sbatch job.sh "${run[@]}" "${ck[@]}" >"$t/k.out" 2>&1 &
 spid=$!
 held_ranks "$t/k.out" 3 2
+echo "JobState=COMPLETING Reason=None" >"$t/jobs/$spid"
 kill -TERM $spid
 rc=0
 wait $spid || rc=$?
 [ $rc = 75 ] && grep -q "^stopped on SIGUSR1 after step 3 of 12: checkpoint $t/K/step_00000003 saved" "$t/k.out" &&
-  grep -q "launch.sh: --requeue: not requeueing job $spid after SIGTERM" "$t/k.out" && ! grep -q "fake scontrol" "$t/k.out" ||
+  grep -q "launch.sh: --requeue: not requeueing job $spid after SIGTERM (a cancel: scancel; Slurm's Reason for the job: 'None'" "$t/k.out" &&
+  ! grep -q "fake scontrol" "$t/k.out" ||
   { cat "$t/k.out"; fail "SIGTERM to the batch script: no stop at step 3 with status 75 and without a requeue (status $rc)"; }
 echo "sbatch: SIGTERM to the batch script (scancel) stopped both ranks after step 3 with its checkpoint, status 75, not requeued"
 # a trainer run in the batch script itself, without srun: Slurm gives the script SLURM_PROCID=0 and

@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
       nd++;
     }
     const char *dirs[] = {"models"};
-    FeOptions o = {dirs, 1, defs, nd, NULL, 0, NULL};
+    FeOptions o = {dirs, 1, defs, nd, NULL, 0, NULL, false};
     char *out = NULL;
     size_t outn = 0;
     FILE *ms = open_memstream(&out, &outn);

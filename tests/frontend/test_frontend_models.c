@@ -24,7 +24,7 @@ static const char *models_dir;
 
 static Module *compile(Arena *a, const char *file, const FeDefine *defs, int nd, const char *topo) {
   const char *dirs[] = {models_dir};
-  FeOptions o = {dirs, 1, defs, nd, topo, 0, NULL};
+  FeOptions o = {dirs, 1, defs, nd, topo, 0, NULL, false};
   const char *path = arena_printf(a, "%s/%s", models_dir, file);
   const char *tp = topo ? arena_printf(a, "%s/topo/%s", models_dir, topo) : NULL;
   o.topology_file = tp;
@@ -33,7 +33,7 @@ static Module *compile(Arena *a, const char *file, const FeDefine *defs, int nd,
 
 static Module *compile_src(Arena *a, const char *src) {
   const char *dirs[] = {models_dir};
-  FeOptions o = {dirs, 1, NULL, 0, NULL, 0, NULL};
+  FeOptions o = {dirs, 1, NULL, 0, NULL, 0, NULL, false};
   return fe_compile_source(a, "test.model", src, &o);
 }
 

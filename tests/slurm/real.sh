@@ -17,10 +17,15 @@
 #   (b) `scancel --signal=USR1 --batch JOBID`: the same stop, requeue and bit-identical resume;
 #       `scancel JOBID` (SIGTERM to every process of the job): the same stop (status 75, the step-3
 #       checkpoint) but no requeue: the job stays CANCELLED.
+#   (d) the time limit without --signal (job.sh less its #SBATCH --signal line, --time=1): Slurm
+#       SIGTERMs every process of the job as scancel does, with the job's Reason=TimeLimit (scancel's:
+#       None), which the launcher reads: the same stop after step 3, but a requeue and a bit-identical
+#       resume.
 # A requeued job is held by Slurm (EligibleTime: 120 s after the requeue on 22.05): (a) waits for it
-# (SHARDC_REAL_FAST=1: not), (b) lets it start at once (`scontrol update JobId=.. StartTime=now`),
-# which may start it while the previous run's step is still ending: its srun then fails to launch the
-# tasks and returns 0 (seen on 22.05), which the launcher's --done-file check restarts.
+# (SHARDC_REAL_FAST=1: not), (b) and (d) let it start 5 s on (`scontrol update JobId=..
+# StartTime=now+5`), which may start it while the previous run's step is still ending: its srun then
+# fails to launch the tasks and returns 0 (seen on 22.05), which the launcher's --done-file check
+# restarts. Every rerun gets TimeLimit=5 (tests/slurm/lib.sh requeued).
 if [ -z "${SLURM_CONF:-}" ] && [ -f "${SHARDC_SLURM_DIR:-/tmp/shardc-slurm}/slurm.conf" ]; then
   export SLURM_CONF=${SHARDC_SLURM_DIR:-/tmp/shardc-slurm}/slurm.conf
 fi
@@ -33,6 +38,8 @@ source "$(dirname "$0")/../lib.sh"
 shardc=$(abspath "${1:-build/shardc}")
 # shellcheck source=tests/codegen/lib.sh
 source tests/codegen/lib.sh
+# shellcheck source=tests/slurm/lib.sh
+source tests/slurm/lib.sh
 jobs_started=()
 cleanup() {
   local j
@@ -47,49 +54,6 @@ echo "real.sh: $(sinfo -V) ($SLURM_CONF), node $(sinfo -h -N -o '%N %c CPUs %t' 
 ck=(--steps 12 --ckpt-every 4 --threads 1)
 "${mpi[@]}" -np 2 "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/A" --log "$t/a.jsonl" >"$t/a.out" 2>&1 || { cat "$t/a.out"; fail "the mpirun run"; }
 cd "$t"
-
-# field JOBID NAME: NAME's value in `scontrol show job -o JOBID`
-field() { scontrol show job -o "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
-# wait_for SECONDS COMMAND...: until COMMAND succeeds (0), or 1 after SECONDS
-wait_for() {
-  local n=$(($1 * 5))
-  shift
-  for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done
-  return 1
-}
-in_out() { grep -q -- "$2" "$t/shardc-tiny-$1.out" 2>/dev/null; }
-state_is() { [ "$(field "$1" JobState)" = "$2" ]; }
-last() { grep -o '"step":[0-9]*,"steps":[0-9]*,"loss":[^,]*' "$1" | awk -F'[:,]' '{ v[$2] = $6 } END { for (s = 1; s <= 12; s++) print v[s] }'; }
-submit() { # submit NAME SBATCH_OPTIONS...: the held run (SHARDRT_FAULT_WAIT=3) of job.sh into $t/NAME; prints the job id
-  local name=$1 id
-  shift
-  id=$(SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$t/$name sbatch --parsable "$@" job.sh "${run[@]}" "${ck[@]}" --log "$t/$name.jsonl") ||
-    fail "sbatch $*"
-  echo "${id%%;*}"
-}
-held() { [ "$(grep -c "SHARDRT_FAULT_WAIT: waiting for a signal before step 3" "$t/shardc-tiny-$1.out" 2>/dev/null)" = 2 ]; }
-# requeued NAME JOBID HOW [now]: the job stopped both ranks after step 3 with its checkpoint and requeued
-# itself; its rerun (with now: let start at once) resumes from step 3 to mpirun's losses and step-12 checkpoint
-requeued() {
-  local name=$1 id=$2 how=$3 now=$4 out=$t/shardc-tiny-$2.out
-  wait_for 150 in_out "$id" "launch.sh: job $id requeued" || { cat "$out"; fail "$how: job $id did not requeue itself"; }
-  requeue_at=$(date +%s)
-  grep -q "^stopped on SIGUSR1 after step 3 of 12: checkpoint $t/$name/step_00000003 saved; exit status 75" "$out" &&
-    grep -q "tasks 0-1: Exited with exit code 75" "$out" || { cat "$out"; fail "$how: no stop after step 3 with status 75"; }
-  wait_for 10 state_is "$id" PENDING && [ "$(field "$id" Restarts)" = 1 ] ||
-    { scontrol show job "$id"; fail "$how: job $id is not pending again after its requeue"; }
-  echo "  requeued: $(field "$id" JobState) ($(field "$id" Reason)), Restarts=1, EligibleTime $(field "$id" EligibleTime)"
-  [ "$now" = now ] && { scontrol update JobId="$id" StartTime=now || fail "scontrol update StartTime=now"; }
-  wait_for 200 state_is "$id" COMPLETED || { scontrol show job "$id"; cat "$out"; fail "$how: the requeued job $id did not complete"; }
-  [ "$(field "$id" ExitCode)" = 0:0 ] || fail "$how: the requeued job's exit code $(field "$id" ExitCode)"
-  grep -q -- "--resume auto: resuming from $t/$name/step_00000003" "$out" || { cat "$out"; fail "$how: the rerun did not resume from step 3"; }
-  grep -q "^stopped on SIGUSR1 after step 3" "$out" || fail "$how: the first run's log is gone from $out (truncated on the requeue)"
-  [ "$(last "$t/a.jsonl")" = "$(last "$t/$name.jsonl")" ] || { paste <(last "$t/a.jsonl") <(last "$t/$name.jsonl"); fail "$how: losses differ from mpirun's"; }
-  same_ckpt "$t/A/step_00000012" "$t/$name/step_00000012" || fail "$how: the step-12 checkpoint differs from mpirun's"
-  ! compgen -G "$t/.shardc-*" >/dev/null || fail "$how: a done file was left"
-  rerun="rerun $(($(date +%s) - requeue_at)) s after the requeue"
-  ! grep -q "launch failed" "$out" || rerun+=" (its srun's tasks failed to launch, status 0: restarted by the launcher)"
-}
 
 # (c) the environment of the batch step and of srun's tasks, under job.sh's allocation
 {
@@ -137,4 +101,17 @@ grep -q "^stopped on SIGTERM after step 3 of 12: checkpoint $t/K/step_00000003 s
 sleep 5
 state_is "$id" CANCELLED && [ "$(field "$id" Restarts)" = 0 ] || { scontrol show job "$id"; fail "(b) scancel $id: the job is not left cancelled"; }
 echo "(b) job $id, scancel: stopped on SIGTERM after step 3 with its checkpoint (75), left CANCELLED (ExitCode $(field "$id" ExitCode), Restarts 0)"
+
+# (d) the time limit without --signal's warning: SIGTERM to every process of the job, as scancel, but
+# with Reason=TimeLimit: stopped, requeued (not cancelled) and resumed
+grep -v -- '^#SBATCH --signal' job.sh >job-nosig.sh
+t1=$(date +%s)
+id=$(script=job-nosig.sh submit D --time=1)
+jobs_started+=("$id")
+wait_for 60 held "$id" || { cat "$t/shardc-tiny-$id.out"; fail "(d) job $id: the ranks were not held before step 3"; }
+requeued D "$id" "(d) time limit without --signal" now SIGTERM
+grep -q "DUE TO TIME LIMIT" "$t/shardc-tiny-$id.out" &&
+  grep -q "launch.sh: --requeue: the SIGTERM was Slurm's at the job's time limit (Reason=TimeLimit" "$t/shardc-tiny-$id.out" ||
+  { cat "$t/shardc-tiny-$id.out"; fail "(d) job $id: not requeued as a time limit"; }
+echo "(d) job $id, --time=1 without --signal: SIGTERM at the limit (Reason=TimeLimit) $((requeue_at - t1)) s after sbatch; stopped after step 3 (75), requeued, $rerun, resumed: bit-identical"
 echo "real.sh: ok ($(($(date +%s) - t0)) s of jobs)"
