@@ -127,11 +127,23 @@ struct CgTarget {
    * expressions; one in the host allocation) that ends copy slot `slot`, or waiting for a slot
    * (dst, src: NULL). NULL: a target without host values (the CPU's: offload is a no-op there). */
   void (*offload)(Cg *c, CgOffload what, const char *dst, const char *src, int64_t bytes, int slot);
+  /* Whether a call of the runtime's `name` (rt_...) that `node` writes is a kernel call, which the program counts
+   * (codegen/emit_kcount.c): the CPU's kernels, the CUDA target's launches and GEMMs (CgCall). */
+  int (*kernel_call)(const char *name);
+  /* Why the program's kernel calls are not the cost model's (the trainer prints both, compares nothing); NULL: they
+   * are, and the trainer checks them. */
+  const char *kernels_unplanned;
 };
 
 extern const CgTarget cg_target_cpu;  /* codegen/target_cpu.c */
 extern const CgTarget cg_target_cuda; /* codegen/target_cuda.c */
 extern const CgTarget cg_target_llvm; /* codegen/target_llvm.c: the CPU target, LLVM-built kernels */
+/* What a runtime call a target's `node` writes is (CgTarget.kernel_call): none of the kernel calls the program
+ * counts, one, or one with every other call of its name in the node's code (the pieces of a slice, pad or concat,
+ * cg_block_copies: one node's copy, as the cost model counts it). */
+typedef enum { CG_CALL_NONE, CG_CALL_KERNEL, CG_CALL_NODE } CgCall;
+/* The CPU targets' kernel_call (codegen/target_cpu.c). */
+int cg_cpu_kernel_call(const char *name);
 /* The backend of a module's target (codegen/targets.c); llvm_kernels: --cpu-kernels llvm. */
 const CgTarget *cg_target_of(Target t, bool llvm_kernels);
 
@@ -197,5 +209,10 @@ Value cg_trainer_view(const Graph *g, const Value *v);
 int cg_emit_tensor_table(Cg *c, const Value *logits);
 /* The plan's collectives per step, per pipeline stage: `coll_plan[]` (emit_coll.c); returns its stages (0: none). */
 int cg_emit_coll_plan(Cg *c);
+/* Node n's code by emit (the target's `node`, or emit.c's for a shard slice), each line that calls kernels preceded
+ * by the count of them (codegen/emit_kcount.c); returns what emit returned. */
+int cg_emit_counted(Cg *c, Node *n, int (*emit)(Cg *c, Node *n));
+/* The plan's kernel calls per step, per pipeline stage and class: `kern_plan[]` (emit_kcount.c); returns its stages. */
+int cg_emit_kern_plan(Cg *c);
 
 #endif

@@ -297,6 +297,14 @@ static void cpu_zero(Cg *c, const char *dst, int64_t bytes) { cg_line(c, "memset
 
 static void nothing(Cg *c) { (void)c; }
 
+/* (cg.h) every runtime call a node makes is a kernel (runtime/ops/ops.h, prims.h; the vocab-parallel parts'
+ * collectives inside them are theirs; a shard slice's copy, rt_coll_shard_slice) but its coordinates; a block
+ * copy's pieces are the node's one */
+int cg_cpu_kernel_call(const char *name) {
+  if (strncmp(name, "rt_ctx_", 7) == 0) return CG_CALL_NONE;
+  return strcmp(name, "rt_copy_block") == 0 ? CG_CALL_NODE : CG_CALL_KERNEL;
+}
+
 const CgTarget cg_target_cpu = {
     .name = "CPU",
     .logits_tensor = false,
@@ -307,4 +315,5 @@ const CgTarget cg_target_cpu = {
     .zero = cpu_zero,
     .finish = nothing,
     .program = nothing,
+    .kernel_call = cg_cpu_kernel_call,
 };

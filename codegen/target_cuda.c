@@ -554,6 +554,17 @@ static void cuda_offload(Cg *c, CgOffload what, const char *dst, const char *src
   }
 }
 
+/* (cg.h) a launch, or a GEMM (one cuBLASLt call; a sibling pair one strided batch): tests/report/cuda_launches.py's
+ * kernels. rt_cu_launch_tuned_or's own launch is not counted (it is on its line with the fallback's launches,
+ * which are: the cost model's count of the flash backward) */
+static int cuda_kernel_call(const char *name) {
+  static const char *const k[] = {"rt_cu_launch", "rt_cu_launch_tuned", "rt_cu_matmul", "rt_cu_matmul_ep",
+                                  "rt_cu_matmul_dgelu", "rt_cu_matmul_pair"};
+  for (size_t i = 0; i < sizeof k / sizeof *k; i++)
+    if (strcmp(name, k[i]) == 0) return CG_CALL_KERNEL;
+  return CG_CALL_NONE;
+}
+
 const CgTarget cg_target_cuda = {
     .name = "CUDA",
     .logits_tensor = true,
@@ -565,4 +576,5 @@ const CgTarget cg_target_cuda = {
     .finish = cuda_finish,
     .program = cuda_program,
     .offload = cuda_offload,
+    .kernel_call = cuda_kernel_call,
 };

@@ -236,4 +236,8 @@ const CgTarget cg_target_llvm = {
     .zero = llvm_zero,
     .finish = llvm_finish,
     .program = llvm_program,
+    .kernel_call = cg_cpu_kernel_call, /* (its kernels run through rt_par_for, the others are the CPU target's) */
+    /* (passes/cost.c prices and counts the C kernels: docs/performance.md) */
+    .kernels_unplanned = "the plan counts the C kernels' calls; these LLVM kernels run a fused elementwise run in one "
+                         "call and a norm's backward in three",
 };

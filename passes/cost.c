@@ -341,6 +341,7 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
   else s->r->mem_s += w * dt;
   s->r->overhead_s += w * oh;
   s->r->kernels += (int64_t)w * kernels;
+  s->r->kernels_by[kind - T_GEMM] += (int64_t)w * kernels;
 }
 
 /* The pipeline's timeline, one top-level node of a stage at a time: an instruction's nodes
@@ -462,7 +463,7 @@ static double sim_rank(Sim *s, int stage, CostReport *r) {
 /* Every stage simulated (or the rank, without pp); with cp, the pipeline's timeline recorded and
  * played (cp->sched, cp->t). *busy_max / *busy_sum: the stages' own times; r: the busiest's parts. */
 static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, CostPipe *cp, double *busy_max,
-                       double *busy_sum) {
+                       double *busy_sum, int64_t (*kstage)[RT_KC_COUNT]) {
   Sim s = {.m = m, .d = d};
   ir_comm_groups(m, &s.v); /* (the groups alone: the sim times collectives by them, never reads the volumes) */
   memplan_views_hold(); /* (the IR as it is throughout: each graph's reads indexed once, cost_op_time's views) */
@@ -516,6 +517,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
       *r = one; /* the busiest stage's parts */
     }
     if (st == nst - 1) last = one;
+    if (kstage) memcpy(kstage[st], one.kernels_by, sizeof one.kernels_by);
   }
   r->last_s[0] = last.gemm_s, r->last_s[1] = last.attn_s, r->last_s[2] = last.mem_s, r->last_s[3] = last.overhead_s;
   memplan_views_release();
@@ -572,7 +574,7 @@ bool cost_pipe(const Module *m, const CostDevice *d, CostPipe *cp) {
   if (!m->pipe || !m->pipe->norder) return false;
   CostReport r;
   double bmax, bsum;
-  sim_stages(m, d, &r, cp, &bmax, &bsum);
+  sim_stages(m, d, &r, cp, &bmax, &bsum, NULL);
   return true;
 }
 
@@ -586,13 +588,20 @@ void cost_pipe_free(CostPipe *cp) {
   memset(cp, 0, sizeof *cp);
 }
 
+void cost_stage_kernels(const Module *m, const CostDevice *d, int64_t (*out)[RT_KC_COUNT]) {
+  CostReport r;
+  double bmax, bsum;
+  memset(&r, 0, sizeof r);
+  sim_stages(m, d, &r, NULL, &bmax, &bsum, out);
+}
+
 void cost_estimate(const Module *m, const CostDevice *d, CostReport *r) {
   memset(r, 0, sizeof *r);
   const PipePlan *p = m->pipe;
   CostPipe cp;
   bool piped = p && p->norder;
   double busy_max, busy_sum;
-  sim_stages(m, d, r, piped ? &cp : NULL, &busy_max, &busy_sum);
+  sim_stages(m, d, r, piped ? &cp : NULL, &busy_max, &busy_sum, NULL);
   r->compute_s = r->gemm_s + r->attn_s + r->mem_s + r->overhead_s;
   double step = busy_max;
   if (piped) { /* the stages' timeline: each its own start, its instructions played with the transfers, its end */
@@ -609,7 +618,7 @@ void cost_estimate(const Module *m, const CostDevice *d, CostReport *r) {
     CostReport r0;
     double free_max, free_sum;
     memset(&r0, 0, sizeof r0);
-    sim_stages(m, &free_copies, &r0, NULL, &free_max, &free_sum);
+    sim_stages(m, &free_copies, &r0, NULL, &free_max, &free_sum, NULL);
     r->offload_exposed_s = busy_max > free_max ? busy_max - free_max : 0;
     busy_max = free_max; /* (the communication exposed: that step's) */
   }
@@ -648,6 +657,9 @@ void cost_print(FILE *f, const Module *m, const CostDevice *d, const CostReport 
           cost_human_time(a, sizeof a, r->compute_s), cost_human_time(b, sizeof b, r->gemm_s),
           cost_human_time(c, sizeof c, r->attn_s), cost_human_time(e, sizeof e, r->mem_s), (long long)r->kernels,
           cost_human_time((char[32]){0}, 32, r->overhead_s));
+  fprintf(f, "#   kernel calls   %s %lld, %s %lld, %s %lld (the trainer checks its own against each stage's)\n",
+          rt_kern_class_names[RT_KC_GEMM], (long long)r->kernels_by[RT_KC_GEMM], rt_kern_class_names[RT_KC_ATTN],
+          (long long)r->kernels_by[RT_KC_ATTN], rt_kern_class_names[RT_KC_MEM], (long long)r->kernels_by[RT_KC_MEM]);
   fprintf(f, "#   communication  %10s  in node %s, across nodes %s; asynchronous %s; exposed %s\n",
           cost_human_time(a, sizeof a, r->comm_s[0] + r->comm_s[1]), cost_human_time(b, sizeof b, r->comm_s[0]),
           cost_human_time(c, sizeof c, r->comm_s[1]), cost_human_time(e, sizeof e, r->comm_async_s),

@@ -43,6 +43,7 @@
 #include <stdio.h>
 
 #include "module.h"
+#include "ops/kern_count.h"
 #include "pipe_sched.h"
 
 typedef struct {
@@ -112,13 +113,14 @@ typedef struct {
   double step_s;          /* predicted seconds per optimizer step */
   int64_t tokens;         /* tokens per optimizer step, every rank */
   int64_t kernels;        /* kernel calls per step per rank */
+  int64_t kernels_by[RT_KC_COUNT]; /* ... by class (runtime/ops/kern_count.h: GEMM, attention, bandwidth-bound) */
   double tokens_per_s;
   double mfu;             /* model FLOPs per token (training) x tokens/s / (world x peak) */
 } CostReport;
 
 /* The CUDA target's kernels for node n at position pos of its graph (-1: not known: one), as
  * codegen/target_cuda.c emits them after the passes that fuse (passes/cost_cuda.c): 0 where another
- * node's kernel computes it, -1 where it runs as copies and no kernel (a concat: rt_cu_copy_block),
+ * node's kernel computes it, -1 where it runs as copies and no kernel (a concat, slice, pad: rt_cu_copy_block; a shard slice),
  * else how many it launches; *extra: the bytes its kernel moves beyond n's
  * own operands (a GEMM's epilogue's, the fused cross-entropy's gradient). */
 int cost_cuda_kernels(const Node *n, int pos, double *extra);
@@ -180,6 +182,10 @@ typedef struct {
   double t, chan[2];
 } CostClock;
 void cost_nodes_clock(const Module *m, const CostDevice *d, const Node *const *nodes, int n, bool full, CostClock *out);
+/* The kernel calls per step of each pipeline stage's ranks (one row without a pipeline), by class: what the
+ * cost model counts (CostReport.kernels_by is the busiest stage's), which the trainer checks its own against
+ * (codegen/emit_kcount.c writes them as RtProgram.kern_plan). out: m->pipe ? m->pipe->pp : 1 rows. */
+void cost_stage_kernels(const Module *m, const CostDevice *d, int64_t (*out)[RT_KC_COUNT]);
 /* Predicts m's step (after pipeline_run). */
 void cost_estimate(const Module *m, const CostDevice *d, CostReport *r);
 /* `shardc plan --cost`: the prediction and its parts. */

@@ -59,6 +59,9 @@ int cost_cuda_kernels(const Node *n, int pos, double *extra) {
   if (n->op == OP_SUM || n->op == OP_MEAN || n->op == OP_SUMSQ) return 2;
   if (n->op == OP_CONCAT) /* the pieces' copies (no kernel), passes/fuse_sumsq.c's pieces in one kernel */
     return n->a.sumsq_fused ? 1 : -1;
+  /* copies too (cg_block_copies: rt_cu_copy_block; a shard slice the device's copies, runtime/ops/coll_pack.c): were
+   * one kernel each, which the trainer's count found (tiny dp 2 ZeRO-3: 150 planned for the 124 it launches) */
+  if (n->op == OP_SLICE || n->op == OP_PAD || n->op == OP_SHARD_SLICE) return -1;
   if (n->op == OP_SDPA_BWD || n->op == OP_ATTN_BLOCK_BWD) /* a ring block's on the same kernels as sdpa's */
     return ir_attn_flash(n->in[0]->dtype, n->in[0]->shape.dim[2] / (n->a.heads > 0 ? n->a.heads : 1)) ? 2 : 3;
   if (n->op == OP_EMBED_BWD) return 2;

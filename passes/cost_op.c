@@ -242,8 +242,8 @@ double cost_op_time(const Module *m, const CostDevice *d, const Node *n, bool in
                                  : cost_value_bytes(m->target == TARGET_CUDA ? ir_unfold_cast(n->in[j]) : n->in[j]);
   for (int j = 0; j < n->nout; j++) bytes += cost_value_bytes(n->out[j]);
   double mem = bytes / d->bytes_per_s;
-  switch (n->op) {
-  case OP_MATMUL: {
+  switch (cost_op_class(n->op)) {
+  case T_GEMM: {
     const Shape *a = &n->in[0]->shape;
     int64_t k = n->a.ta ? a->dim[a->rank - 2] : a->dim[a->rank - 1];
     double fl = 2.0 * (double)ir_numel(&n->out[0]->shape) * (double)k;
@@ -261,7 +261,7 @@ double cost_op_time(const Module *m, const CostDevice *d, const Node *n, bool in
                    d->gemm_in_s * (double)(ir_numel(&n->in[0]->shape) + ir_numel(&n->in[1]->shape));
     return fmax((fl + half) / d->gemm_flops + elems, mem) + cold + extra / d->bytes_per_s;
   }
-  case OP_SDPA: case OP_ATTN_BLOCK: case OP_SDPA_BWD: case OP_ATTN_BLOCK_BWD: {
+  case T_ATTN: {
     double scores, fl = attn_flops(m, n, &scores), rate = d->attn_flops;
     if (n->op == OP_SDPA_BWD || n->op == OP_ATTN_BLOCK_BWD) { /* scores again, dV, dP, dQ, dK; the softmax's again */
       fl = 2.5 * fl + scores * d->attn_bwd_score_flops;

@@ -8,6 +8,15 @@
 
 /* Which rate bounds a node's time. */
 typedef enum { T_FREE, T_GEMM, T_ATTN, T_MEM } TimeKind;
+/* The rate that bounds a kernel of op (when it is one: cost_op_time says T_FREE for views and elided nodes), the
+ * class the trainer counts its calls by (runtime/ops/kern_count.h RT_KC_*: T_GEMM - 1, ...). */
+static inline TimeKind cost_op_class(OpKind op) {
+  switch (op) {
+  case OP_MATMUL: return T_GEMM;
+  case OP_SDPA: case OP_ATTN_BLOCK: case OP_SDPA_BWD: case OP_ATTN_BLOCK_BWD: return T_ATTN;
+  default: return T_MEM;
+  }
+}
 
 static inline double cost_value_bytes(const Value *v) { return (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 

@@ -41,13 +41,11 @@ typedef struct MemPlan {
 
 enum { MEMPLAN_ALIGN = 64 };
 
-/* Prints m's plan (m->memplan) as a table: the size of each class (KiB, MiB or GiB, memplan_size),
+/* Prints m's plan (m->memplan) as a table: the size of each class (KiB, MiB or GiB, runtime/fmt.h rt_fmt_bytes),
  * peak, total, and the total against the topology's device memory when the module has a topology.
  * bytes (`shardc plan --bytes`; the IR tests): each size as exact bytes and MiB instead, for
  * scripts. */
 void memplan_print(FILE *f, const Module *m, bool bytes);
-/* A size for people: "0 B", "706.5 KiB", "6.97 MiB", "72.28 GiB" (three or four significant digits). */
-void memplan_size(char *out, size_t n, double bytes);
 
 /* The memory one rank's plan must fit, in bytes (0: unknown, no topology), and what it is in
  * words (into what): the device's memory; for the CPU target on a GPU topology, the node's host

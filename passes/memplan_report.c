@@ -3,28 +3,18 @@
 #include <stdio.h>
 
 #include "fit.h"
+#include "fmt.h" /* rt_fmt_bytes: the runtime's, one format for both */
 #include "memplan.h"
 
 const char *const memplan_class_labels[MEM_COUNT] = {"parameters", "optimizer state", "inputs", "gradients",
                                                      "activations", "workspace", "communication"};
-
-void memplan_size(char *out, size_t n, double b) {
-  if (b < 1024)
-    snprintf(out, n, "%.0f B", b);
-  else if (b < 1024.0 * 1024)
-    snprintf(out, n, "%.1f KiB", b / 1024);
-  else if (b < 1024.0 * 1024 * 1024)
-    snprintf(out, n, "%.2f MiB", b / (1024.0 * 1024));
-  else
-    snprintf(out, n, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-}
 
 static bool raw_bytes; /* memplan_print's bytes, for its rows */
 
 /* The size column: "     6.97 MiB", or with bytes "   7307712 B         6.97 MiB". */
 static void size_col(FILE *f, double b) {
   char s[32];
-  memplan_size(s, sizeof s, b);
+  rt_fmt_bytes(s, sizeof s, b);
   if (raw_bytes)
     fprintf(f, "%16.0f B %12.2f MiB", b, b / (1 << 20));
   else

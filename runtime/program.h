@@ -122,6 +122,12 @@ typedef struct {
                                [coll_plan_stages][RT_CC_ROWS][RT_CK_COUNT] pairs (count, bytes) as runtime/ops/coll_count.h
                                counts them; the trainer checks its counts against its stage's; NULL: none */
   int coll_plan_stages;     /* 1 without a pipeline */
+  const int64_t *kern_plan; /* the plan's kernel calls per step of each pipeline stage's ranks by class
+                               (passes/cost.c): [kern_plan_stages][RT_KC_COUNT] as runtime/ops/kern_count.h counts
+                               them; the trainer checks its counts against its stage's; NULL: none */
+  int kern_plan_stages;     /* 1 without a pipeline */
+  const char *kern_plan_unchecked; /* why the program's kernel calls are not the plan's (the trainer prints both and
+                                      compares nothing: the LLVM CPU kernels); NULL: checked */
 } RtProgram;
 
 /* The host allocation of a device program with host_bytes (zeroed, pinned on a GPU); NULL without. */

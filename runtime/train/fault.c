@@ -24,6 +24,9 @@
  * SHARDRT_FAULT_WAIT: waiting for a signal before step STEP" and wait (at most 120 s) until it has
  * received SIGTERM / SIGUSR1: a test then signals the launcher at a known step, however fast the
  * machine is. Both only in a run that started from step 1 (not in its resume).
+ * SHARDRT_FAULT_KCALL=STEP:CLASS[:RANK] adds one kernel call of CLASS (GEMM, attention, bandwidth-bound:
+ * ops/kern_count.h) to what step STEP counted on rank RANK (every rank without it): the trainer's check of its
+ * kernel calls against the plan's (log.c) then has a difference to report.
  * Nothing happens without the variables; a malformed one is an error.
  */
 #include <signal.h>
@@ -46,6 +49,8 @@ static struct {
   int64_t sig_step, wait_step; /* 0: none */
   int sig_rank, wait_rank;     /* -1: every rank */
   int64_t first;               /* the run's first step */
+  int64_t kc_step;             /* SHARDRT_FAULT_KCALL's step (0: none) */
+  int kc_class, kc_rank;
 } F;
 
 /* An optional ":RANK" ending v (RANK -1 when absent): 0, or -1 for anything else ("1abc" was read as 1). */
@@ -77,6 +82,20 @@ static void parse(RtRun *r) {
     if (sscanf(k, "%lld%n", &st, &n) != 1 || st < 1 || rank_tail(k + n, &F.kill_rank))
       rt_user_error("SHARDRT_FAULT_KILL='%s': expected STEP[:RANK]", k);
     F.kill_step = st;
+  }
+  const char *kc = getenv("SHARDRT_FAULT_KCALL");
+  if (kc && *kc) {
+    long long st;
+    char cls[32];
+    int n = 0;
+    F.kc_class = -1;
+    if (sscanf(kc, "%lld:%31[^:]%n", &st, cls, &n) == 2 && st >= 1 && !rank_tail(kc + n, &F.kc_rank))
+      for (int c = 0; c < RT_KC_COUNT; c++)
+        if (strcmp(cls, rt_kern_class_names[c]) == 0) F.kc_class = c;
+    if (F.kc_class < 0)
+      rt_user_error("SHARDRT_FAULT_KCALL='%s': expected STEP:CLASS[:RANK], CLASS one of %s, %s, %s", kc,
+                    rt_kern_class_names[0], rt_kern_class_names[1], rt_kern_class_names[2]);
+    F.kc_step = st;
   }
   const char *v = getenv("SHARDRT_FAULT_NAN");
   if (!v || !*v) return;
@@ -155,4 +174,9 @@ void rt_fault_after_log(RtRun *r, int64_t s, int64_t first) {
   fprintf(stderr, "rank %d: SHARDRT_FAULT_KILL: killed (SIGKILL) after step %lld\n", r->ctx.rank, (long long)s);
   fflush(NULL);
   raise(SIGKILL);
+}
+
+void rt_fault_kcalls(RtRun *r, int64_t s, int64_t *k) {
+  if (!F.parsed) parse(r);
+  if (F.kc_step == s && (F.kc_rank < 0 || F.kc_rank == r->ctx.rank)) k[F.kc_class]++;
 }

@@ -73,7 +73,6 @@ char *rt_xstrdup(const char *s);
 char *rt_xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int64_t rt_vm_hwm(void);                              /* peak resident bytes of this process (VmHWM), -1 if unknown */
 int64_t rt_vm_rss(void);                              /* resident bytes now (VmRSS), -1 if unknown */
-void rt_fmt_bytes(char *out, size_t n, double bytes); /* "123.4 MiB" */
 const char *rt_dtype_st_name(int dtype); /* safetensors dtype string: "F32", "BF16", ... */
 int rt_dtype_from_st_name(const char *name); /* the RT_* dtype of a safetensors dtype string, -1: none */
 int64_t rt_tensor_numel(const RtTensor *t);

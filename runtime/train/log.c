@@ -8,6 +8,7 @@
 
 #include "../comm/comm.h"
 #include "../kernels/kernels.h"
+#include "../fmt.h" /* rt_fmt_bytes */
 #include "../schedule.h"
 #include "../ops/coll.h" /* rt_ctx_coord */
 #include "files.h" /* rt_tensor_held */
@@ -297,8 +298,42 @@ static void coll_name(char *buf, size_t n, int g, int k) {
   snprintf(buf, n, "%s %s", rt_mesh_mask_name(rt_coll_row_mask(g)), rt_coll_kind_names[k]);
 }
 
+/* The first step's kernel calls by class against the plan's for this rank's pipeline stage (RtProgram.kern_plan):
+ * rank 0 prints them, every rank warns of its differences. */
+static void log_kcalls(RtRun *r, const RtLoop *loop) {
+  const RtProgram *p = r->p;
+  int stage = p->kern_plan_stages > 1 ? rt_ctx_coord(&r->ctx, RT_AX_PP) : 0;
+  const int64_t *plan = p->kern_plan && stage < p->kern_plan_stages ? p->kern_plan + (size_t)stage * RT_KC_COUNT : NULL;
+  char diff[512] = "", by[256] = "";
+  size_t len = 0, blen = 0;
+  int64_t calls = 0;
+  for (int k = 0; k < RT_KC_COUNT; k++) {
+    calls += loop->kcalls[k];
+    blen += (size_t)snprintf(by + blen, sizeof by - blen, "%s%s %lld", k ? ", " : "", rt_kern_class_names[k],
+                             (long long)loop->kcalls[k]);
+    if (!plan || p->kern_plan_unchecked || plan[k] == loop->kcalls[k] || len >= sizeof diff) continue;
+    len += (size_t)snprintf(diff + len, sizeof diff - len, "%s%s: %lld call(s), planned %lld", len ? "; " : "",
+                            rt_kern_class_names[k], (long long)loop->kcalls[k], (long long)plan[k]);
+  }
+  int64_t planned = 0;
+  for (int k = 0; plan && k < RT_KC_COUNT; k++) planned += plan[k];
+  if (r->ctx.rank == 0 && plan && p->kern_plan_unchecked)
+    printf("kernel calls per step (rank 0, step %lld): %lld (%s); the plan's %lld not compared: %s\n",
+           (long long)loop->colls_step, (long long)calls, by, (long long)planned, p->kern_plan_unchecked);
+  else if (r->ctx.rank == 0)
+    printf("kernel calls per step (rank 0, step %lld): %lld (%s)%s\n", (long long)loop->colls_step, (long long)calls, by,
+           !plan ? " (the program holds no plan of them)" : len ? ": NOT as planned (below)" : ": as planned");
+  if (len)
+    fprintf(stderr, "warning: rank %d: the kernel calls of step %lld differ from the plan (pipeline stage %d): %s\n",
+            r->ctx.rank, (long long)loop->colls_step, stage, diff);
+  if (loop->kcalls_varied)
+    fprintf(stderr, "warning: rank %d: step %lld ran other kernel calls than step %lld (every step should run the "
+                    "same)\n", r->ctx.rank, (long long)loop->kcalls_varied, (long long)loop->colls_step);
+}
+
 void rt_log_colls(RtRun *r, const RtLoop *loop) {
   const RtProgram *p = r->p;
+  if (loop->colls_step) log_kcalls(r, loop);
   if (r->ctx.rank == 0 && loop->colls_step && !r->dev) /* (a device program's GEMMs are the device's) */
     printf("matmul FLOPs a step (rank 0, step %lld, counted): %llu; the plan's model FLOPs a step per rank (3 x the "
            "forward's matmuls and attention, over %d rank(s)): %.0f\n",

@@ -389,6 +389,8 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     RtCollCounts cc0, cc1;
     rt_coll_counts(&cc0);
     uint64_t f0 = rt_matmul_flops();
+    int64_t k0[RT_KC_COUNT], k1[RT_KC_COUNT];
+    memcpy(k0, rt_kcalls, sizeof k0);
     if (r->dev && r->dev->run)
       r->dev->run(&r->ctx, p->step, r->mem);
     else
@@ -399,6 +401,10 @@ static void train_loop(RtRun *r, RtLoop *loop) {
       for (int k = 0; k < RT_CK_COUNT; k++) cc1.count[g][k] -= cc0.count[g][k], cc1.bytes[g][k] -= cc0.bytes[g][k];
     if (!loop->colls_step) loop->colls = cc1, loop->colls_step = s, loop->gemm_flops = rt_matmul_flops() - f0;
     else if (!loop->colls_varied && memcmp(&cc1, &loop->colls, sizeof cc1) != 0) loop->colls_varied = s;
+    for (int k = 0; k < RT_KC_COUNT; k++) k1[k] = rt_kcalls[k] - k0[k];
+    rt_fault_kcalls(r, s, k1);
+    if (s == loop->colls_step) memcpy(loop->kcalls, k1, sizeof k1);
+    else if (!loop->kcalls_varied && memcmp(k1, loop->kcalls, sizeof k1) != 0) loop->kcalls_varied = s;
     rt_fault_after_step(r);
     rt_run_check_device_flags(r, "training");
     double dt = rt_now() - t0, dcomm = r->ctx.comm_s - c0;

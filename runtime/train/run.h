@@ -19,6 +19,7 @@
 
 #include "../device.h"
 #include "../ops/coll_count.h"
+#include "../ops/kern_count.h"
 #include "train.h"
 
 #define DEFAULT_VAL_FRACTION 0.1 /* of the last training file, held out when there is no --val */
@@ -107,6 +108,8 @@ typedef struct {
   int64_t colls_step;   /* that step (0: none ran) */
   int64_t colls_varied; /* a later step whose collectives differed from it (0: none) */
   uint64_t gemm_flops;  /* the first step's matmul FLOPs on this rank (ops/ops.h rt_matmul_flops) */
+  int64_t kcalls[RT_KC_COUNT]; /* the first step's kernel calls on this rank by class (ops/kern_count.h) */
+  int64_t kcalls_varied; /* a later step whose kernel calls differed from them (0: none) */
 } RtLoop;
 
 /* What one step printed and logged. */
@@ -148,6 +151,9 @@ void rt_run_from_dev(RtRun *r, const RtTensor *t);
  * step s of a run whose first step was `first` (tests). */
 void rt_fault_before_step(RtRun *r, int64_t s);
 void rt_fault_after_step(RtRun *r);
+/* SHARDRT_FAULT_KCALL=STEP:CLASS[:RANK]: one kernel call of CLASS (a kern_count.h name, "GEMM") more in step
+ * STEP's counts k (by class) on RANK (every rank without it): a program that ran other kernels than the plan's. */
+void rt_fault_kcalls(RtRun *r, int64_t s, int64_t *k);
 void rt_fault_after_log(RtRun *r, int64_t s, int64_t first);
 /* stop.c: SIGTERM / SIGUSR1 ask for a graceful stop (checkpoint, then exit RT_EXIT_STOPPED). */
 #define RT_EXIT_STOPPED 75 /* stopped on a signal after saving a checkpoint: resume it (EX_TEMPFAIL) */

@@ -206,16 +206,6 @@ static int64_t proc_status_kb(const char *field) {
 int64_t rt_vm_hwm(void) { return proc_status_kb("VmHWM"); }
 int64_t rt_vm_rss(void) { return proc_status_kb("VmRSS"); }
 
-void rt_fmt_bytes(char *out, size_t n, double b) {
-  if (b < 0)
-    snprintf(out, n, "?");
-  else if (b < 1024.0 * 1024)
-    snprintf(out, n, "%.1f KiB", b / 1024);
-  else if (b < 1024.0 * 1024 * 1024)
-    snprintf(out, n, "%.1f MiB", b / (1024.0 * 1024));
-  else
-    snprintf(out, n, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-}
 
 
 const char *rt_dtype_st_name(int dtype) {

@@ -12,8 +12,14 @@
 #   FLOPs: without pp, the matmuls a rank runs a step (counted in rt_matmul_*) are 7/8 of the plan's model
 #     FLOPs per rank (tiny: attention is 32768 of the 262144 a token), so the FLOPs per token the trainer's MFU
 #     divides by are the model's (pp x dp had 2.56x them: ir/flops.c, tests/report/flops.sh).
-#   and the check can fail: with one all-reduce per bucket member (SHARDRT_DP_COMM=member) the counts
-#     differ from the plan, and the trainer says so.
+#   kernel calls: every rank counts its step's kernel calls by class where the generated code makes them
+#     (runtime/ops/kern_count.h, codegen/emit_kcount.c) and checks them against its stage's in the plan (the cost
+#     model's count, RtProgram.kern_plan): "as planned", no rank warning; rank 0's GEMM and attention calls and
+#     (without pp) its total are the `--cost` line's (the busiest stage's under pp). The C kernels (--cpu-kernels c,
+#     which the cost model counts); plus dp 2 with pp 1f1b, recompute full and the default LLVM kernels (printed,
+#     not compared: they fuse elementwise runs), and two layouts on the emulated CUDA device.
+#   and the checks can fail: with one all-reduce per bucket member (SHARDRT_DP_COMM=member) the collectives
+#     differ from the plan, with a kernel call more (SHARDRT_FAULT_KCALL) the kernel calls, and the trainer says so.
 # Usage: tests/codegen/claims.sh SHARDC
 set -euo pipefail
 shardc=$(realpath "$1")
@@ -22,14 +28,33 @@ cd "$(dirname "$0")/../.."
 source tests/lib.sh
 corpus 40000
 
+# kernels NAME PLAN LOG: rank 0's kernel calls as planned on every rank and, without pp, its GEMM and attention
+# calls and its total the --cost lines' (under pp those are the busiest stage's, each rank checks its own stage's);
+# prints rank 0's calls, or why not (status 1)
+kernels() {
+  local name=$1 plan=$2 log=$3 line want
+  line=$(grep '^kernel calls per step (rank 0' "$log") || { echo "$name: no kernel calls line in $(cat "$log")"; return 1; }
+  [[ $line == *": as planned" ]] || { echo "$name: $line; $(grep 'warning: rank' "$log")"; return 1; }
+  ! grep -q 'kernel calls of step .* differ\|ran other kernel calls' "$log" || { echo "$name: $(grep 'warning: rank' "$log")"; return 1; }
+  if ! grep -q '^# pipeline:' "$plan"; then
+    want=$(sed -n 's/^#   kernel calls   GEMM \([0-9]*\), attention \([0-9]*\), .*/(GEMM \1, attention \2, /p' "$plan")
+    [ -n "$want" ] && [[ $line == *"$want"* ]] || { echo "$name: $line; the plan's --cost: $(grep '^#   kernel calls' "$plan")"; return 1; }
+    want=$(sed -n 's/^#   compute .*, \([0-9]*\) kernel calls .*/\1/p' "$plan")
+    [[ $line == *"): $want ("* ]] || { echo "$name: $line; the plan's --cost counts $want"; return 1; }
+  fi
+  sed -n 's/^kernel calls per step (rank 0, step 1): \(.*\): as planned/\1/p' <<<"$line"
+}
+
 # check NAME NP DEFINES...
 check() {
   local name=$1 np=$2 plan="$t/$1.plan" log="$t/$1.log"
   shift 2
-  "$shardc" plan models/tiny.model "$@" --world "$np" --bytes >"$plan" 2>&1 || fail "$name: shardc plan: $(tail -3 "$plan")"
-  "$shardc" build models/tiny.model "$@" --world "$np" -o "$t/t_$name" >/dev/null 2>&1 || fail "$name: shardc build"
+  "$shardc" plan models/tiny.model "$@" --world "$np" --bytes --cost >"$plan" 2>&1 || fail "$name: shardc plan: $(tail -3 "$plan")"
+  "$shardc" build models/tiny.model "$@" --world "$np" --cpu-kernels c -o "$t/t_$name" >/dev/null 2>&1 || fail "$name: shardc build"
   "${mpi[@]}" -np "$np" "$t/t_$name" --data "$t/data.txt" --steps 2 --eval-every 0 --save-to '' </dev/null >"$log" 2>&1 ||
     fail "$name: the trainer failed: $(tail -5 "$log")"
+  local kc
+  kc=$(kernels "$name" "$plan" "$log") || fail "$kc"
   local line
   line=$(grep '^collectives per step (rank 0' "$log") || fail "$name: no collectives line in $(cat "$log")"
   [[ $line == *": as planned" ]] || fail "$name: $line; $(grep 'warning: rank' "$log")"
@@ -75,8 +100,21 @@ check() {
   [ "$ha" = "$total" ] || fail "$name: the trainer allocates $ha B, the plan's total is $total"
   [ $((i - hi)) -ge 0 ] && [ $((i - hi)) -lt $((64 * 4)) ] ||
     fail "$name: inputs $hi B held, the plan's class $i B (64-byte alignment of 4 inputs at most)"
-  printf '%-10s %3s calls %8s B a step as planned; parameters %s B, optimizer state %s B, allocation %s B as planned\n' \
-    "$name" "$calls" "$bytes" "$p" "$o" "$total"
+  printf '%-10s %3s calls %8s B a step as planned; parameters %s B, optimizer state %s B, allocation %s B as planned; kernel calls %s as planned\n' \
+    "$name" "$calls" "$bytes" "$p" "$o" "$total" "$kc"
+}
+
+# kernels_only NAME NP DEFINES...: the kernel calls alone (C kernels)
+kernels_only() {
+  local name=$1 np=$2 plan="$t/$1.plan" log="$t/$1.log"
+  shift 2
+  "$shardc" plan models/tiny.model "$@" --world "$np" --cost >"$plan" 2>&1 || fail "$name: shardc plan: $(tail -3 "$plan")"
+  "$shardc" build models/tiny.model "$@" --world "$np" --cpu-kernels c -o "$t/t_$name" >/dev/null 2>&1 || fail "$name: shardc build"
+  "${mpi[@]}" -np "$np" "$t/t_$name" --data "$t/data.txt" --steps 2 --eval-every 0 --save-to '' </dev/null >"$log" 2>&1 ||
+    fail "$name: the trainer failed: $(tail -5 "$log")"
+  local kc
+  kc=$(kernels "$name" "$plan" "$log") || fail "$kc"
+  printf '%-10s kernel calls %s as planned\n' "$name" "$kc"
 }
 
 check z3_accum 2 -D dp=2 -D zero=3 -D batch=32
@@ -84,6 +122,48 @@ check tp2_sp 2 -D dp=1 -D tp=2 -D sp=on
 check pp2_zb 2 -D dp=1 -D pp=2 -D batch=32 -D schedule=zb
 check cp2 2 -D dp=1 -D cp=2
 check pp2dp2_z1 4 -D dp=2 -D pp=2 -D batch=64 -D zero=1
+
+kernels_only pp2_1f1b 2 -D dp=1 -D pp=2 -D batch=32 -D schedule=1f1b
+kernels_only dp2_rc 2 -D dp=2 -D recompute=full
+
+# the CUDA target on the emulated device (its launches and GEMMs): ZeRO-3 (its gathers' slices: copies, no kernel),
+# pp 2 zb
+for c in "cu_z3 -D dp=2 -D zero=3" "cu_pp2 -D dp=1 -D pp=2 -D batch=32 -D schedule=zb"; do
+  set -- $c
+  name=$1
+  shift
+  "$shardc" plan models/tiny.model "$@" --world 2 --target cuda --cost >"$t/$name.plan" 2>&1 || fail "$name: shardc plan"
+  "$shardc" build models/tiny.model "$@" --world 2 --target cuda -o "$t/t_$name" >/dev/null 2>&1 || fail "$name: shardc build"
+  SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -np 2 "$t/t_$name" --data "$t/data.txt" --steps 2 --eval-every 0 \
+    --save-to '' </dev/null >"$t/$name.log" 2>&1 || fail "$name: the trainer failed: $(tail -5 "$t/$name.log")"
+  kc=$(kernels "$name" "$t/$name.plan" "$t/$name.log") || fail "$kc"
+  printf '%-10s kernel calls %s as planned (emulated device)\n' "$name" "$kc"
+done
+
+# the LLVM kernels (the default where LLVM builds): counted and printed beside the plan's, not compared
+"$shardc" build models/tiny.model -D dp=2 --world 2 --cpu-kernels llvm -o "$t/t_llvm" >/dev/null 2>&1 || fail "llvm: shardc build"
+"${mpi[@]}" -np 2 "$t/t_llvm" --data "$t/data.txt" --steps 1 --eval-every 0 --save-to '' </dev/null >"$t/llvm.log" 2>&1 ||
+  fail "llvm: the trainer failed: $(tail -5 "$t/llvm.log")"
+grep -q "^kernel calls per step (rank 0, step 1): [0-9]* (GEMM 27, attention 4, bandwidth-bound [0-9]*); the plan's [0-9]* not compared: " "$t/llvm.log" &&
+  ! grep -q 'kernel calls of step .* differ' "$t/llvm.log" ||
+  fail "llvm: $(grep -i 'kernel calls' "$t/llvm.log")"
+echo "llvm kernels: $(grep -o '^kernel calls per step.*compared' "$t/llvm.log")"
+
+# a kernel call more than the plan's, on rank 1: reported by rank 1 alone, its class and counts
+SHARDRT_FAULT_KCALL=1:attention:1 "${mpi[@]}" -x SHARDRT_FAULT_KCALL -np 2 "$t/t_z3_accum" --data "$t/data.txt" --steps 1 \
+  --eval-every 0 --save-to '' </dev/null >"$t/kcall.log" 2>&1 || fail "kcall: the trainer failed: $(tail -5 "$t/kcall.log")"
+grep -q '^kernel calls per step (rank 0.*: as planned' "$t/kcall.log" &&
+  grep -q 'warning: rank 1: the kernel calls of step 1 differ from the plan (pipeline stage 0): attention: 9 call(s), planned 8$' "$t/kcall.log" &&
+  ! grep -q 'warning: rank 0: the kernel calls' "$t/kcall.log" ||
+  fail "SHARDRT_FAULT_KCALL=1:attention:1 not reported: $(grep -i 'kernel calls' "$t/kcall.log")"
+SHARDRT_FAULT_KCALL=1:GEMM "${mpi[@]}" -x SHARDRT_FAULT_KCALL -np 2 "$t/t_z3_accum" --data "$t/data.txt" --steps 1 \
+  --eval-every 0 --save-to '' </dev/null >"$t/kcall0.log" 2>&1 || fail "kcall0: the trainer failed"
+grep -q '^kernel calls per step (rank 0.*: NOT as planned' "$t/kcall0.log" || fail "SHARDRT_FAULT_KCALL=1:GEMM on rank 0: $(grep -i 'kernel calls' "$t/kcall0.log")"
+SHARDRT_FAULT_KCALL=1:gemm "${mpi[@]}" -x SHARDRT_FAULT_KCALL -np 2 "$t/t_z3_accum" --data "$t/data.txt" --steps 1 \
+  --eval-every 0 --save-to '' </dev/null >"$t/kbad.log" 2>&1 && fail "SHARDRT_FAULT_KCALL=1:gemm (no such class) was accepted"
+grep -q "SHARDRT_FAULT_KCALL='1:gemm': expected STEP:CLASS\[:RANK\], CLASS one of GEMM, attention, bandwidth-bound" "$t/kbad.log" ||
+  fail "SHARDRT_FAULT_KCALL=1:gemm: $(tail -3 "$t/kbad.log")"
+echo "a kernel call more: reported ($(grep -o 'attention: 9 call(s), planned 8' "$t/kcall.log"), on rank 1 only)"
 
 # the check fails where the runtime runs other collectives than the plan's
 SHARDRT_DP_COMM=member "${mpi[@]}" -np 2 "$t/t_z3_accum" --data "$t/data.txt" --steps 1 --eval-every 0 --save-to '' \

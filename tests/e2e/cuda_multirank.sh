@@ -7,6 +7,8 @@
 #                                              on 2 ranks without SHARDRT_DEVICE=emu stops with the
 #                                              no-GPU message (mpirun ends the other rank when the
 #                                              first exits), no hang (exit 77: a GPU is here)
+#   Every layout's CUDA run also checks each rank's kernel calls (launches, GEMMs) of a step against its stage's
+#   in the plan (the trainer's check, docs/trainer.md): "as planned", no rank warning.
 #
 # The tiny GPT (seq 32) is compiled for 2 ranks twice, --target cpu and --target cuda, with the
 # same plan: dp2 (dp=2), zero1 (dp=2 with zero 1: the Adam moments split over dp, each rank
@@ -170,7 +172,14 @@ esac
 # logical checkpoints (gathered, model and optimizer files apart: their tolerances differ)
 "${mpi[@]}" -np "$np" "$t/cpu" "${run[@]}" --log "$t/cpu.jsonl" --save-to "$t/ck_cpu" --ckpt-format logical >/dev/null
 SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -x SHARDRT_CUBIN_CACHE -np "$np" "$t/cuda" "${run[@]}" \
-  --log "$t/cuda.jsonl" --save-to "$t/ck_cuda" --ckpt-format logical >"$t/cuda.out" || { cat "$t/cuda.out"; fail "$what: the CUDA trainer"; }
+  --log "$t/cuda.jsonl" --save-to "$t/ck_cuda" --ckpt-format logical >"$t/cuda.out" 2>"$t/cuda.err" ||
+  { cat "$t/cuda.out" "$t/cuda.err"; fail "$what: the CUDA trainer"; }
+cat "$t/cuda.err" >&2
+# every rank's kernel calls (its launches and GEMMs) the plan's for its stage (runtime/train/log.c)
+kc=$(grep '^kernel calls per step (rank 0' "$t/cuda.out") || fail "$what: no kernel calls line"
+[[ $kc == *": as planned" ]] && ! grep -q 'kernel calls of step .* differ\|ran other kernel calls' "$t/cuda.err" ||
+  fail "$what: $kc; $(grep 'kernel calls' "$t/cuda.err")"
+echo "$what: kernel calls a step ${kc#kernel calls per step (rank 0, step 1): }"
 # the CUDA program communicates (a plan the shard pass left replicated would pass vacuously)
 "$shardc" plan "${m[@]}" "${plan[@]}" --world "$np" --target cuda --emit-c "$t/src" >/dev/null 2>&1
 ncoll=$(cat "$t"/src/*.c | grep -c "rt_coll_[a-z_]*(ctx" || true)

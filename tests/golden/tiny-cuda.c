@@ -2,6 +2,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kern_count.h"
 #include "cuda_ops.h"
 #include "program.h"
 
@@ -13,51 +14,73 @@ extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (o
 static void step(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 0, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 482304)}, &(char *){(M + 1688064)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4626816)}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4626816)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 3, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 1692288)}, &(char *){(M + 4313728)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
     char *c1_0 = (M + 4313728);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4051584 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 523264) + i1 * 128)}, &(char *){((M + 523520) + i1 * 128)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3265152 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 3265152 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
+      rt_kcalls[RT_KC_ATTN] += 1;
       rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4592256 + i1 * 8192)}, &(char *){(M + 3265152 + i1 * 196608)}, &(char *){(M + 3265280 + i1 * 196608)}, &(char *){(M + 3265408 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3789440 + i1 * 65536), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 512, 64, 64, 0, 0, ((M + 590080) + i1 * 128), c1_0, NULL)) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2740864)}, &(char *){(M + 3789440 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3658368 + i1 * 65536)}, &(char *){(M + 3789440 + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){((M + 590592) + i1 * 128)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 1692288 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 512, 256, 64, 0, 0, ((M + 656384) + i1 * 512), NULL, (M + 2216576 + i1 * 262144))) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 2216576 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 17, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){((M + 656384) + i1 * 512)}, &(char *){(M + 2216576 + i1 * 262144)}});
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 18, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){(M + 1692288 + i1 * 262144)}});
       }
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728)), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 512, 64, 256, 0, 0, ((M + 722944) + i1 * 128), (M + 3789440 + i1 * 65536), NULL)) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 2740864)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
       }
       if (c1_0 != ((M + 4182656) + i1 * 65536)) {
@@ -67,23 +90,30 @@ static void step(char *M, RtCtx *ctx) {
     }
   }
   /* models/std/transformer.model:11 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 723328)}});
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_GEMM] += 1;
   rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 19, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4444800)}});
   /* models/tiny.model:19 */
   /* the cross-entropy's forward and backward in one pass over the logits */
+  rt_kcalls[RT_KC_MEM] += 3;
   rt_cu_launch(ctx, 20, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1690112)}, &(char *){(M + 4444800)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 21, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 3003008)}, &(char *){(WS + 320)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(WS + 320)}, &(char *){(M + 1690112)}});
   /* models/tiny.model:19 */
   /* computed with the loss (fused cross-entropy) */
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_GEMM] += 1;
   rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3003008), (M + 482304), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_GEMM] += 1;
   rt_cu_matmul(ctx, (M + 4559488), RT_BF16, (M + 3003008), (M + 4379264), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
   /* models/std/transformer.model:11 */
+  rt_kcalls[RT_KC_MEM] += 2;
   rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 2740864)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4628608)}, &(char *){(M + 4628736)}, &(char *){(WS + 256)}});
   /* models/std/transformer.model:10 */
   /* (the cast to f32: its readers widen its source themselves) */
@@ -94,16 +124,21 @@ static void step(char *M, RtCtx *ctx) {
     char *c1_0 = (M + 4379264);
     for (int64_t i1 = 1; i1 >= 0; i1--) {
       /* models/std/transformer.model:76 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_cu_launch(ctx, 25, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4628352 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:73 */
       /* matmul + GELU's backward in one GEMM (epilogue), its bias gradient there too or after it */
       {
+        rt_kcalls[RT_KC_GEMM] += 1;
         const int ep = rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 3003008), RT_BF16, c1_0, ((M + 657408) + i1 * 32768), RT_BF16, 512, 256, 64, 0, 1, ((M + 2216576) + i1 * 262144), (M + 4625024 + i1 * 512));
         if (ep == RT_CU_EP_NONE) {
+          rt_kcalls[RT_KC_GEMM] += 1;
           rt_cu_matmul(ctx, (M + 2740864), RT_BF16, c1_0, ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+          rt_kcalls[RT_KC_MEM] += 1;
           rt_cu_launch(ctx, 26, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2216576) + i1 * 262144)}, &(char *){(M + 2740864)}, &(char *){(M + 3003008)}});
         }
         if (ep != RT_CU_EP_ALL) {
+          rt_kcalls[RT_KC_MEM] += 1;
           rt_cu_launch(ctx, 27, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4625024 + i1 * 512)}, &(char *){(M + 3003008)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
         }
       }
@@ -114,42 +149,54 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:73 */
       /* models/std/transformer.model:73 */
       /* models/std/transformer.model:73 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_cu_matmul(ctx, (M + 4444800 + i1 * 32768), RT_BF16, ((M + 1692288) + i1 * 262144), c1_0, RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:66 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3003008), ((M + 590848) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_cu_matmul(ctx, (M + 4313728 + i1 * 32768), RT_BF16, ((M + 3658368) + i1 * 65536), (M + 3003008), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
       /* the norm's backward + the residual gradient's add below, in one kernel (fuse_normres) */
+      rt_kcalls[RT_KC_MEM] += 2;
       rt_cu_launch(ctx, 28, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){((M + 3789440) + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){(M + 2740864)}, &(char *){c1_0}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627840 + i1 * 128)}, &(char *){(M + 4628096 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       /* computed by the norm's backward above */
       /* models/std/transformer.model:58 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_cu_launch(ctx, 25, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4627584 + i1 * 128)}, &(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:55 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_cu_matmul(ctx, (M + 2937472), RT_BF16, (M + 4379264), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_cu_matmul(ctx, (M + 4608640 + i1 * 8192), RT_BF16, ((M + 3920512) + i1 * 65536), (M + 4379264), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
+      rt_kcalls[RT_KC_ATTN] += 2;
       rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{29, 1, 128, "1x4x64/0", 12288}, {30, 1, 128, "1x4x32/0", 6144}, {31, 1, 256, "1x8x64/0", 12288}, {32, 1, 128, "2x4x16/0", 3072}, {33, 2, 64, "1x2x64/0", 12288}, {34, 1, 256, "1x8x32/0", 6144}, {35, 1, 128, "1x4x16/0", 3072}, {36, 1, 128, "1x4x128/0", 24576}, {37, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 3920512) + i1 * 65536)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{38, 1, 128, "1x4x64/0", 13312}, {39, 1, 128, "1x4x32/3", 6656}, {40, 1, 256, "1x8x64/0", 13312}, {41, 1, 256, "1x8x32/0", 6656}, {42, 2, 64, "1x2x64/0", 13312}, {43, 1, 128, "2x4x16/0", 3328}, {44, 2, 64, "1x2x32/0", 6656}, {45, 1, 128, "1x4x128/0s", 32768}, {46, 1, 256, "1x8x128/0s", 38912}, {47, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 2740992)}, &(char *){(M + 2741120)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:30 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_cu_launch(ctx, 48, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4626048 + i1 * 384)}, &(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:27 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_cu_matmul(ctx, (M + 2937472), RT_BF16, (M + 2740864), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_cu_matmul(ctx, (M + 4510336 + i1 * 24576), RT_BF16, ((M + 4051584) + i1 * 65536), (M + 2740864), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
       /* the norm's backward + the residual gradient's add below, in one kernel (fuse_normres) */
+      rt_kcalls[RT_KC_MEM] += 2;
       rt_cu_launch(ctx, 28, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){((M + 4182656) + i1 * 65536)}, &(char *){((M + 523264) + i1 * 128)}, &(char *){(M + 2937472)}, &(char *){(M + 4379264)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627072 + i1 * 128)}, &(char *){(M + 4627328 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       /* computed by the norm's backward above */
@@ -181,14 +228,18 @@ static void step(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:9 */
   /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 49, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 4379264)}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 2;
   rt_cu_launch(ctx, 51, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4626816)}, &(long long){0}}); rt_cu_launch(ctx, 50, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1725056)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1692288)}});
   /* models/tiny.model:12 */
   /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 2;
   rt_cu_launch(ctx, 53, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1688064)}, &(long long){0}}); rt_cu_launch(ctx, 52, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4379264)}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 54, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4559488)}, &(char *){(M + 1692288)}, &(char *){(M + 4559488)}});
   /* models/tiny.model:11 */
   /* (the cast to f32: its readers widen its source themselves) */
@@ -242,11 +293,14 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* 16 sums of squares in one kernel, into the concat's elements */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 55, 39, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693312)}, &(char *){(WS + 256)}, &(char *){(WS + 64)}, &(char *){(M + 4559488)}, &(char *){(M + 1725056)}, &(char *){(M + 4627072)}, &(char *){(M + 4627328)}, &(char *){(M + 4510336)}, &(char *){(M + 4626048)}, &(char *){(M + 4608640)}, &(char *){(M + 4627584)}, &(char *){(M + 4627840)}, &(char *){(M + 4628096)}, &(char *){(M + 4313728)}, &(char *){(M + 4625024)}, &(char *){(M + 4444800)}, &(char *){(M + 4628352)}, &(char *){(M + 4628608)}, &(char *){(M + 4628736)}});
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 2;
   rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1693312)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* 6 elementwise ops in one kernel */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 1692352)}, &(char *){(M + 1692416)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
@@ -256,51 +310,67 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_copy_block(ctx, (M + 1692288), 3, 1, (M + 1692416), 1, 0, 1, 1, 1, 4);
   rt_cu_copy_block(ctx, (M + 1692288), 3, 2, (M + 1692224), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:11 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 59, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4559488)}, &(char *){(M + 723456)}, &(char *){(M + 788992)}, &(char *){(M + 1692288)}, &(char *){(M + 482304)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/tiny.model:12 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 60, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1725056)}, &(char *){(M + 854528)}, &(char *){(M + 870912)}, &(char *){(M + 1692288)}, &(char *){(M + 515072)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 4627072)}, &(char *){(M + 887296)}, &(char *){(M + 887808)}, &(char *){(M + 1692288)}, &(char *){(M + 523264)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 4627328)}, &(char *){(M + 888320)}, &(char *){(M + 888832)}, &(char *){(M + 1692288)}, &(char *){(M + 523520)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 62, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4510336)}, &(char *){(M + 889344)}, &(char *){(M + 987648)}, &(char *){(M + 1692288)}, &(char *){(M + 523776)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:29 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 63, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 4626048)}, &(char *){(M + 1085952)}, &(char *){(M + 1087488)}, &(char *){(M + 1692288)}, &(char *){(M + 572928)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:54 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 64, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4608640)}, &(char *){(M + 1089024)}, &(char *){(M + 1121792)}, &(char *){(M + 1692288)}, &(char *){(M + 573696)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:57 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 4627584)}, &(char *){(M + 1154560)}, &(char *){(M + 1155072)}, &(char *){(M + 1692288)}, &(char *){(M + 590080)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 4627840)}, &(char *){(M + 1155584)}, &(char *){(M + 1156096)}, &(char *){(M + 1692288)}, &(char *){(M + 590336)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 4628096)}, &(char *){(M + 1156608)}, &(char *){(M + 1157120)}, &(char *){(M + 1692288)}, &(char *){(M + 590592)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:65 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 65, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4313728)}, &(char *){(M + 1157632)}, &(char *){(M + 1288704)}, &(char *){(M + 1692288)}, &(char *){(M + 590848)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:68 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 66, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 4625024)}, &(char *){(M + 1419776)}, &(char *){(M + 1421824)}, &(char *){(M + 1692288)}, &(char *){(M + 656384)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:72 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 65, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 4444800)}, &(char *){(M + 1423872)}, &(char *){(M + 1554944)}, &(char *){(M + 1692288)}, &(char *){(M + 657408)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:75 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 4628352)}, &(char *){(M + 1686016)}, &(char *){(M + 1686528)}, &(char *){(M + 1692288)}, &(char *){(M + 722944)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4628608)}, &(char *){(M + 1687040)}, &(char *){(M + 1687296)}, &(char *){(M + 1692288)}, &(char *){(M + 723200)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4628736)}, &(char *){(M + 1687552)}, &(char *){(M + 1687808)}, &(char *){(M + 1692288)}, &(char *){(M + 723328)}});
   /* (the cast: its bf16 copy, stored by the update above) */
 }
@@ -308,51 +378,73 @@ static void step(char *M, RtCtx *ctx) {
 static void eval(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 0, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 482304)}, &(char *){(M + 1688064)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4626816)}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4626816)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 3, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 1692288)}, &(char *){(M + 4313728)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
     char *c1_0 = (M + 4313728);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4051584 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 523264) + i1 * 128)}, &(char *){((M + 523520) + i1 * 128)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3265152 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 3265152 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
+      rt_kcalls[RT_KC_ATTN] += 1;
       rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4592256 + i1 * 8192)}, &(char *){(M + 3265152 + i1 * 196608)}, &(char *){(M + 3265280 + i1 * 196608)}, &(char *){(M + 3265408 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3789440 + i1 * 65536), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 512, 64, 64, 0, 0, ((M + 590080) + i1 * 128), c1_0, NULL)) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2740864)}, &(char *){(M + 3789440 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3658368 + i1 * 65536)}, &(char *){(M + 3789440 + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){((M + 590592) + i1 * 128)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 1692288 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 512, 256, 64, 0, 0, ((M + 656384) + i1 * 512), NULL, (M + 2216576 + i1 * 262144))) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 2216576 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 17, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){((M + 656384) + i1 * 512)}, &(char *){(M + 2216576 + i1 * 262144)}});
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 18, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){(M + 1692288 + i1 * 262144)}});
       }
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728)), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 512, 64, 256, 0, 0, ((M + 722944) + i1 * 128), (M + 3789440 + i1 * 65536), NULL)) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 2740864)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
       }
       if (c1_0 != ((M + 4182656) + i1 * 65536)) {
@@ -362,61 +454,86 @@ static void eval(char *M, RtCtx *ctx) {
     }
   }
   /* models/std/transformer.model:11 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 723328)}});
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_GEMM] += 1;
   rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_MEM] += 2;
   rt_cu_launch(ctx, 68, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(WS + 256)}, &(char *){(M + 1690112)}});
 }
 
 static void logits(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 0, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 482304)}, &(char *){(M + 1688064)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4626816)}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4626816)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 3, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 1692288)}, &(char *){(M + 4313728)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
     char *c1_0 = (M + 4313728);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4051584 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 523264) + i1 * 128)}, &(char *){((M + 523520) + i1 * 128)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3265152 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 3265152 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
+      rt_kcalls[RT_KC_ATTN] += 1;
       rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4592256 + i1 * 8192)}, &(char *){(M + 3265152 + i1 * 196608)}, &(char *){(M + 3265280 + i1 * 196608)}, &(char *){(M + 3265408 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3789440 + i1 * 65536), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 512, 64, 64, 0, 0, ((M + 590080) + i1 * 128), c1_0, NULL)) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2740864)}, &(char *){(M + 3789440 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3658368 + i1 * 65536)}, &(char *){(M + 3789440 + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){((M + 590592) + i1 * 128)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 1692288 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 512, 256, 64, 0, 0, ((M + 656384) + i1 * 512), NULL, (M + 2216576 + i1 * 262144))) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 2216576 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 17, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){((M + 656384) + i1 * 512)}, &(char *){(M + 2216576 + i1 * 262144)}});
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 18, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){(M + 1692288 + i1 * 262144)}});
       }
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
+      rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728)), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 512, 64, 256, 0, 0, ((M + 722944) + i1 * 128), (M + 3789440 + i1 * 65536), NULL)) {
+        rt_kcalls[RT_KC_GEMM] += 1;
         rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_kcalls[RT_KC_MEM] += 1;
         rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 2740864)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
       }
       if (c1_0 != ((M + 4182656) + i1 * 65536)) {
@@ -426,8 +543,10 @@ static void logits(char *M, RtCtx *ctx) {
     }
   }
   /* models/std/transformer.model:11 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 723328)}});
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_GEMM] += 1;
   rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
 }
 
@@ -1081,6 +1200,10 @@ static const RtTensor tensors[] = {
 static const RtTensor logits_tensor =
   {"logits", RT_T_RESULT, 1, 3, {8, 64, 256}, 2740864, 0, 0, 0, 0};
 
+static const int64_t kern_plan[] = { /* [stage][class]: kernel calls a step (passes/cost.c) */
+  27, 6, 57,
+};
+
 static const RtProgram program = {
   .model = "tiny",
   .source = "models/tiny.model",
@@ -1099,6 +1222,8 @@ static const RtProgram program = {
   .flops_per_token = 786432,
   .ntensors = 86,
   .tensors = tensors,
+  .kern_plan = kern_plan,
+  .kern_plan_stages = 1,
   .logits_offset = 2740864,
   .logits_tensor = &logits_tensor,
   .recipe = {.optimizer = RT_OPT_ADAMW, .lr = 0.001, .min_lr = 0.0001, .lr_schedule = RT_LR_COSINE, .warmup = 20, .steps = 300, .seed = 1337u, .grad_clip = 1,

@@ -2,6 +2,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kern_count.h"
 #include "kernels/kernels.h" /* rt_cvt_f32_bf16: a weight's bf16 copy */
 #include "ops.h"
 #include "prims.h"
@@ -13,47 +14,65 @@
 static void step(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_embed_f32((float *)(M + 6694016), (float *)(M + 0), (int32_t *)(M + 1446912), 512, 64, 256);
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_iota_i32((int32_t *)(M + 7306880), 64, 0);
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_embed_f32((float *)(M + 1451136), (float *)(M + 65536), (int32_t *)(M + 7306880), 64, 64, 64);
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_binary_f32(RT_ADD, (float *)(M + 6694016), &(RtShape){3, {8, 64, 64}}, (float *)(M + 6694016), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){2, {64, 64}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
     char *c1_0 = (M + 6694016);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_layernorm_f32((float *)(M + 6169728 + i1 * 131072), (float *)c1_0, (float *)((M + 81920) + i1 * 256), (float *)((M + 82432) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:27 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 4596864 + i1 * 393216), (float *)(M + 6169728 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
       /* models/std/transformer.model:30 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
+      rt_kcalls[RT_KC_ATTN] += 1;
       rt_sdpa_f32((float *)(M + 5907584 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 4596864 + i1 * 393216), (float *)(M + 4597120 + i1 * 393216), (float *)(M + 4597376 + i1 * 393216), 8, 64, 4, 4, 16, 1, 192, 192, 192, 0);
       /* models/std/transformer.model:55 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5907584 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:16 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_layernorm_f32((float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:66 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 2499712 + i1 * 524288), (float *)(M + 5383296 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
       /* models/std/transformer.model:69 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
       /* models/std/transformer.model:71 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_unary_f32(RT_GELU, (float *)(M + 1451136 + i1 * 524288), (float *)(M + 2499712 + i1 * 524288), 131072, (float)0);
       /* models/std/transformer.model:73 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 3548288), (float *)(M + 1451136 + i1 * 524288), (float *)((M + 350208) + i1 * 65536), 8, 64, 64, 256, 0, 0, 0);
       /* models/std/transformer.model:76 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       if (c1_0 != ((M + 6431872) + i1 * 131072)) {
         memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
@@ -62,136 +81,182 @@ static void step(char *M, RtCtx *ctx) {
     }
   }
   /* models/std/transformer.model:11 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_layernorm_f32((float *)(M + 6825088), (float *)(M + 6694016), (float *)(M + 481792), (float *)(M + 482048), 512, 64, (float)1.0000000000000001e-05);
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_GEMM] += 1;
   rt_matmul_f32((float *)(M + 3548288), (float *)(M + 6825088), (float *)(M + 0), 8, 64, 256, 64, 0, 1, 0);
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_fill_f32((float *)(M + 6956160), 1, (float)1);
   /* models/tiny.model:19 */
   /* the cross-entropy's forward and backward in one pass over the logits */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cross_entropy_fused_f32((float *)(M + 7307648), (float *)(M + 4072576), (float *)(M + 3548288), (int32_t *)(M + 1448960), (float *)(M + 6956160), 512, 256, 256, WS);
   /* models/tiny.model:19 */
   /* computed with the loss (fused cross-entropy) */
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_GEMM] += 1;
   rt_matmul_f32((float *)(M + 3548288), (float *)(M + 4072576), (float *)(M + 0), 8, 64, 64, 256, 0, 0, 0);
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_GEMM] += 1;
   rt_matmul_f32((float *)(M + 7185536), (float *)(M + 4072576), (float *)(M + 6825088), 1, 256, 64, 512, 1, 0, 0);
   /* models/std/transformer.model:11 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_layernorm_bwd_f32((float *)(M + 6825088), (float *)(M + 7307136), (float *)(M + 7307392), (float *)(M + 6694016), (float *)(M + 481792), (float *)(M + 3548288), 512, 64, (float)1.0000000000000001e-05, WS);
   /* models/tiny.model:15 */
   { /* repeat blocks.grad x2 */
     char *c1_0 = (M + 6825088);
     for (int64_t i1 = 1; i1 >= 0; i1--) {
       /* models/std/transformer.model:76 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_reduce_to_f32((float *)(M + 7306368 + i1 * 256), &(RtShape){1, {64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:73 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 3548288), (float *)c1_0, (float *)((M + 350208) + i1 * 65536), 8, 64, 256, 64, 0, 1, 0);
       /* models/std/transformer.model:73 */
       /* models/std/transformer.model:73 */
       /* models/std/transformer.model:73 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 6956160 + i1 * 65536), (float *)((M + 1451136) + i1 * 524288), (float *)c1_0, 1, 256, 64, 512, 1, 0, 0);
       /* models/std/transformer.model:71 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_gelu_bwd_f32((float *)(M + 4072576), (float *)((M + 2499712) + i1 * 524288), (float *)(M + 3548288), 131072);
       /* models/std/transformer.model:69 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_reduce_to_f32((float *)(M + 7300224 + i1 * 1024), &(RtShape){1, {256}}, (float *)(M + 4072576), &(RtShape){3, {8, 64, 256}});
       /* models/std/transformer.model:66 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 3548288), (float *)(M + 4072576), (float *)((M + 217088) + i1 * 65536), 8, 64, 64, 256, 0, 1, 0);
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 6694016 + i1 * 65536), (float *)((M + 5383296) + i1 * 131072), (float *)(M + 4072576), 1, 64, 256, 512, 1, 0, 0);
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_layernorm_bwd_f32((float *)(M + 3679360), (float *)(M + 7305344 + i1 * 256), (float *)(M + 7305856 + i1 * 256), (float *)((M + 5645440) + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)(M + 3548288), 512, 64, (float)1.0000000000000001e-05, WS);
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 6825088), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3679360), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:58 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_reduce_to_f32((float *)(M + 7304832 + i1 * 256), &(RtShape){1, {64}}, (float *)(M + 6825088), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:55 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 3941504), (float *)(M + 6825088), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 1, 0);
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 7251072 + i1 * 16384), (float *)((M + 5907584) + i1 * 131072), (float *)(M + 6825088), 1, 64, 64, 512, 1, 0, 0);
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
+      rt_kcalls[RT_KC_ATTN] += 1;
       rt_sdpa_bwd_f32((float *)(M + 3548288), (float *)(M + 3548544), (float *)(M + 3548800), (float *)(((M + 4596864) + i1 * 393216) + 0), (float *)(((M + 4596864) + i1 * 393216) + 256), (float *)(((M + 4596864) + i1 * 393216) + 512), (float *)((M + 5907584) + i1 * 131072), (float *)((M + 7283840) + i1 * 8192), (float *)(M + 3941504), 8, 64, 4, 4, 16, 1, 192, 192, 192, 0, 0, 192, 192, 192);
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:30 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_reduce_to_f32((float *)(M + 7302272 + i1 * 768), &(RtShape){1, {192}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 192}});
       /* models/std/transformer.model:27 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 3941504), (float *)(M + 3548288), (float *)((M + 82944) + i1 * 49152), 8, 64, 64, 192, 0, 1, 0);
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 7087232 + i1 * 49152), (float *)((M + 6169728) + i1 * 131072), (float *)(M + 3548288), 1, 64, 192, 512, 1, 0, 0);
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_layernorm_bwd_f32((float *)(M + 3548288), (float *)(M + 7303808 + i1 * 256), (float *)(M + 7304320 + i1 * 256), (float *)((M + 6431872) + i1 * 131072), (float *)((M + 81920) + i1 * 256), (float *)(M + 3941504), 512, 64, (float)1.0000000000000001e-05, WS);
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 6825088), &(RtShape){3, {8, 64, 64}}, (float *)(M + 6825088), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       c1_0 = (M + 6825088);
     }
   }
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_reduce_to_f32((float *)(M + 1451136), &(RtShape){2, {64, 64}}, (float *)(M + 6825088), &(RtShape){3, {8, 64, 64}});
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_embed_bwd_f32((float *)(M + 1516672), (int32_t *)(M + 7306880), (float *)(M + 1451136), 64, 64, 64);
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_embed_bwd_f32((float *)(M + 1451136), (int32_t *)(M + 1446912), (float *)(M + 6825088), 512, 64, 256);
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_binary_f32(RT_ADD, (float *)(M + 7185536), &(RtShape){2, {256, 64}}, (float *)(M + 7185536), &(RtShape){2, {256, 64}}, (float *)(M + 1451136), &(RtShape){2, {256, 64}});
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451136), (float *)(M + 7185536), 16384);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451200), (float *)(M + 1516672), 4096);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451264), (float *)(M + 7303808), 128);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451328), (float *)(M + 7304320), 128);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451392), (float *)(M + 7087232), 24576);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451456), (float *)(M + 7302272), 384);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451520), (float *)(M + 7251072), 8192);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451584), (float *)(M + 7304832), 128);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451648), (float *)(M + 7305344), 128);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451712), (float *)(M + 7305856), 128);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451776), (float *)(M + 6694016), 32768);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451840), (float *)(M + 7300224), 512);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451904), (float *)(M + 6956160), 32768);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1451968), (float *)(M + 7306368), 128);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1452032), (float *)(M + 7307136), 64);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sumsq_f32((float *)(M + 1452096), (float *)(M + 7307392), 64);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_copy_block((M + 1452160), 16, 0, (M + 1451136), 1, 0, 1, 1, 1, 4);
   rt_copy_block((M + 1452160), 16, 1, (M + 1451200), 1, 0, 1, 1, 1, 4);
   rt_copy_block((M + 1452160), 16, 2, (M + 1451264), 1, 0, 1, 1, 1, 4);
@@ -209,104 +274,146 @@ static void step(char *M, RtCtx *ctx) {
   rt_copy_block((M + 1452160), 16, 14, (M + 1452032), 1, 0, 1, 1, 1, 4);
   rt_copy_block((M + 1452160), 16, 15, (M + 1452096), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_sum_f32((float *)(M + 1451136), (float *)(M + 1452160), 16);
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_unary_f32(RT_SQRT, (float *)(M + 1451200), (float *)(M + 1451136), 1, (float)0);
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_unary_f32(RT_ADD_SCALAR, (float *)(M + 1451136), (float *)(M + 1451200), 1, (float)9.9999999999999995e-07);
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_fill_f32((float *)(M + 1451264), 1, (float)1);
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_binary_f32(RT_DIV, (float *)(M + 1451328), &(RtShape){0, {}}, (float *)(M + 1451264), &(RtShape){0, {}}, (float *)(M + 1451136), &(RtShape){0, {}});
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_fill_f32((float *)(M + 1451136), 1, (float)1);
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_binary_f32(RT_MINIMUM, (float *)(M + 1451264), &(RtShape){0, {}}, (float *)(M + 1451328), &(RtShape){0, {}}, (float *)(M + 1451136), &(RtShape){0, {}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_copy_block((M + 1451136), 3, 0, (M + 1451008), 1, 0, 1, 1, 1, 4);
   rt_copy_block((M + 1451136), 3, 1, (M + 1451264), 1, 0, 1, 1, 1, 4);
   rt_copy_block((M + 1451136), 3, 2, (M + 1451072), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:11 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 0), (float *)(M + 7185536), (float *)(M + 482304), (float *)(M + 547840), (float *)(M + 1451136), 16384, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0.10000000000000001);
   /* models/tiny.model:12 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 65536), (float *)(M + 1516672), (float *)(M + 613376), (float *)(M + 629760), (float *)(M + 1451136), 4096, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0.10000000000000001);
   /* models/std/transformer.model:9 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 81920), (float *)(M + 7303808), (float *)(M + 646144), (float *)(M + 646656), (float *)(M + 1451136), 128, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0);
   /* models/std/transformer.model:10 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 82432), (float *)(M + 7304320), (float *)(M + 647168), (float *)(M + 647680), (float *)(M + 1451136), 128, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0);
   /* models/std/transformer.model:26 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 82944), (float *)(M + 7087232), (float *)(M + 648192), (float *)(M + 746496), (float *)(M + 1451136), 24576, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0.10000000000000001);
   /* models/std/transformer.model:29 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 181248), (float *)(M + 7302272), (float *)(M + 844800), (float *)(M + 846336), (float *)(M + 1451136), 384, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0);
   /* models/std/transformer.model:54 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 182784), (float *)(M + 7251072), (float *)(M + 847872), (float *)(M + 880640), (float *)(M + 1451136), 8192, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0.10000000000000001);
   /* models/std/transformer.model:57 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 215552), (float *)(M + 7304832), (float *)(M + 913408), (float *)(M + 913920), (float *)(M + 1451136), 128, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0);
   /* models/std/transformer.model:9 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 216064), (float *)(M + 7305344), (float *)(M + 914432), (float *)(M + 914944), (float *)(M + 1451136), 128, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0);
   /* models/std/transformer.model:10 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 216576), (float *)(M + 7305856), (float *)(M + 915456), (float *)(M + 915968), (float *)(M + 1451136), 128, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0);
   /* models/std/transformer.model:65 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 217088), (float *)(M + 6694016), (float *)(M + 916480), (float *)(M + 1047552), (float *)(M + 1451136), 32768, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0.10000000000000001);
   /* models/std/transformer.model:68 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 348160), (float *)(M + 7300224), (float *)(M + 1178624), (float *)(M + 1180672), (float *)(M + 1451136), 512, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0);
   /* models/std/transformer.model:72 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 350208), (float *)(M + 6956160), (float *)(M + 1182720), (float *)(M + 1313792), (float *)(M + 1451136), 32768, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0.10000000000000001);
   /* models/std/transformer.model:75 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 481280), (float *)(M + 7306368), (float *)(M + 1444864), (float *)(M + 1445376), (float *)(M + 1451136), 128, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0);
   /* models/std/transformer.model:9 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 481792), (float *)(M + 7307136), (float *)(M + 1445888), (float *)(M + 1446144), (float *)(M + 1451136), 64, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0);
   /* models/std/transformer.model:10 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_adamw_f32((float *)(M + 482048), (float *)(M + 7307392), (float *)(M + 1446400), (float *)(M + 1446656), (float *)(M + 1451136), 64, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0);
 }
 
 static void eval(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_embed_f32((float *)(M + 6694016), (float *)(M + 0), (int32_t *)(M + 1446912), 512, 64, 256);
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_iota_i32((int32_t *)(M + 7306880), 64, 0);
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_embed_f32((float *)(M + 1451136), (float *)(M + 65536), (int32_t *)(M + 7306880), 64, 64, 64);
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_binary_f32(RT_ADD, (float *)(M + 6694016), &(RtShape){3, {8, 64, 64}}, (float *)(M + 6694016), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){2, {64, 64}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
     char *c1_0 = (M + 6694016);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_layernorm_f32((float *)(M + 6169728 + i1 * 131072), (float *)c1_0, (float *)((M + 81920) + i1 * 256), (float *)((M + 82432) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:27 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 4596864 + i1 * 393216), (float *)(M + 6169728 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
       /* models/std/transformer.model:30 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
+      rt_kcalls[RT_KC_ATTN] += 1;
       rt_sdpa_f32((float *)(M + 5907584 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 4596864 + i1 * 393216), (float *)(M + 4597120 + i1 * 393216), (float *)(M + 4597376 + i1 * 393216), 8, 64, 4, 4, 16, 1, 192, 192, 192, 0);
       /* models/std/transformer.model:55 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5907584 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:16 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_layernorm_f32((float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:66 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 2499712 + i1 * 524288), (float *)(M + 5383296 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
       /* models/std/transformer.model:69 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
       /* models/std/transformer.model:71 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_unary_f32(RT_GELU, (float *)(M + 1451136 + i1 * 524288), (float *)(M + 2499712 + i1 * 524288), 131072, (float)0);
       /* models/std/transformer.model:73 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 3548288), (float *)(M + 1451136 + i1 * 524288), (float *)((M + 350208) + i1 * 65536), 8, 64, 64, 256, 0, 0, 0);
       /* models/std/transformer.model:76 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       if (c1_0 != ((M + 6431872) + i1 * 131072)) {
         memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
@@ -315,57 +422,78 @@ static void eval(char *M, RtCtx *ctx) {
     }
   }
   /* models/std/transformer.model:11 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_layernorm_f32((float *)(M + 6825088), (float *)(M + 6694016), (float *)(M + 481792), (float *)(M + 482048), 512, 64, (float)1.0000000000000001e-05);
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_GEMM] += 1;
   rt_matmul_f32((float *)(M + 3548288), (float *)(M + 6825088), (float *)(M + 0), 8, 64, 256, 64, 0, 1, 0);
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_cross_entropy_f32((float *)(M + 7307648), (float *)(M + 3548288), (int32_t *)(M + 1448960), 512, 256, 256, WS);
 }
 
 static void logits(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_embed_f32((float *)(M + 6694016), (float *)(M + 0), (int32_t *)(M + 1446912), 512, 64, 256);
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_iota_i32((int32_t *)(M + 7306880), 64, 0);
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_embed_f32((float *)(M + 1451136), (float *)(M + 65536), (int32_t *)(M + 7306880), 64, 64, 64);
   /* models/tiny.model:14 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_binary_f32(RT_ADD, (float *)(M + 6694016), &(RtShape){3, {8, 64, 64}}, (float *)(M + 6694016), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){2, {64, 64}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
     char *c1_0 = (M + 6694016);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_layernorm_f32((float *)(M + 6169728 + i1 * 131072), (float *)c1_0, (float *)((M + 81920) + i1 * 256), (float *)((M + 82432) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:27 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 4596864 + i1 * 393216), (float *)(M + 6169728 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
       /* models/std/transformer.model:30 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
+      rt_kcalls[RT_KC_ATTN] += 1;
       rt_sdpa_f32((float *)(M + 5907584 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 4596864 + i1 * 393216), (float *)(M + 4597120 + i1 * 393216), (float *)(M + 4597376 + i1 * 393216), 8, 64, 4, 4, 16, 1, 192, 192, 192, 0);
       /* models/std/transformer.model:55 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5907584 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:16 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:11 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_layernorm_f32((float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:66 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 2499712 + i1 * 524288), (float *)(M + 5383296 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
       /* models/std/transformer.model:69 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
       /* models/std/transformer.model:71 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_unary_f32(RT_GELU, (float *)(M + 1451136 + i1 * 524288), (float *)(M + 2499712 + i1 * 524288), 131072, (float)0);
       /* models/std/transformer.model:73 */
+      rt_kcalls[RT_KC_GEMM] += 1;
       rt_matmul_f32((float *)(M + 3548288), (float *)(M + 1451136 + i1 * 524288), (float *)((M + 350208) + i1 * 65536), 8, 64, 64, 256, 0, 0, 0);
       /* models/std/transformer.model:76 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
+      rt_kcalls[RT_KC_MEM] += 1;
       rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       if (c1_0 != ((M + 6431872) + i1 * 131072)) {
         memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
@@ -374,8 +502,10 @@ static void logits(char *M, RtCtx *ctx) {
     }
   }
   /* models/std/transformer.model:11 */
+  rt_kcalls[RT_KC_MEM] += 1;
   rt_layernorm_f32((float *)(M + 6825088), (float *)(M + 6694016), (float *)(M + 481792), (float *)(M + 482048), 512, 64, (float)1.0000000000000001e-05);
   /* models/tiny.model:19 */
+  rt_kcalls[RT_KC_GEMM] += 1;
   rt_matmul_f32((float *)(M + 3548288), (float *)(M + 6825088), (float *)(M + 0), 8, 64, 256, 64, 0, 1, 0);
 }
 
@@ -461,6 +591,10 @@ static const RtTensor tensors[] = {
   {"grad_norm", RT_T_RESULT, 0, 0, {}, 1451200, 0, 0, 0, 0},
 };
 
+static const int64_t kern_plan[] = { /* [stage][class]: kernel calls a step (passes/cost.c) */
+  27, 4, 89,
+};
+
 static const RtProgram program = {
   .model = "tiny",
   .source = "models/tiny.model",
@@ -479,6 +613,8 @@ static const RtProgram program = {
   .flops_per_token = 786432,
   .ntensors = 70,
   .tensors = tensors,
+  .kern_plan = kern_plan,
+  .kern_plan_stages = 1,
   .logits_offset = 3548288,
   .recipe = {.optimizer = RT_OPT_ADAMW, .lr = 0.001, .min_lr = 0.0001, .lr_schedule = RT_LR_COSINE, .warmup = 20, .steps = 300, .seed = 1337u, .grad_clip = 1,
              .data = "data/tiny/train.txt", .val = "data/tiny/val.txt", .ckpt_every = 100, .ckpt_dir = "ckpt/tiny", .ckpt_keep = 2},
