@@ -123,6 +123,10 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double none_l = unit * (c->sp || tp == 1 ? none_act_units(pm) / tp /* (rc none's: what a layer's backward reads) */
                                           : none_act_units(pm) / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
   double head = tok * (pm->vocab / tp * 4 + 2 * d * cb);         /* the logits in f32, the final norm */
+  /* cp: the head's weight gradient one per sequence before their sum (cp_wgrads), made after the loss's
+   * gradient has read the logits: beside their gradient in the compute precision, not the logits */
+  double hwg = cp_wgrads(pm, c, true);
+  if (hwg > 0) head = fmax(head, tok * (pm->vocab / tp + 2 * d) * cb + hwg);
   double copies = cb < 4 ? p_other / 2 : 0;                      /* the compute-precision copy of the embeddings */
   double gather = c->zero >= 3 ? 2 * p_layer * cb / 4 : 0;       /* ZeRO-3: a layer gathered, the next prefetched */
   /* ---- compute (the last stage: its layers and the head) per step ---- */

@@ -102,6 +102,9 @@ bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, 
  * stage's F (*f0) and its gradient's scatter after its B (*b0). */
 void zero3_pp_edges(const PlanModel *pm, const struct PlanCand *c, int n, double bw, double lat, double *f0, double *b0,
                     double *fl);
+/* cp: the bytes of the weight gradients made one per sequence before their sum, the head's (head) or a layer's
+ * largest matrix's; 0 without cp (plan_model_zero.c). */
+double cp_wgrads(const PlanModel *pm, const struct PlanCand *c, bool head);
 /* pp 1 under ZeRO-3: the peak's bytes beside the layers' stacks, the loss's or the backward's first layer's
  * (plan_model_zero.c says which are counted). */
 double zero3_pp1_peak(const PlanModel *pm, const struct PlanCand *c, double unit, double none_l, double kept_l, double head,

@@ -174,6 +174,23 @@ void zero3_pp_edges(const PlanModel *pm, const PlanCand *c, int n, double bw, do
   *f0 = g, *b0 = s, *fl = 2 * g + s;
 }
 
+/* cp: a weight gradient's GEMM contracts the tokens, whose sequence dimension cp splits (zigzag), apart from
+ * the batch, so it makes one gradient per sequence of the micro-batch, [mb, out, in] in the compute precision,
+ * then sums them (`--dump-ir=after:memplan`: a matmul's `P(cp)` result, then its reduce_sum). The bytes of the
+ * largest such transient: the head's (mb x [vocab / tp, d]: at the loss, beside every layer's activations)
+ * or a layer's largest matrix's (mb x its elements on a rank: in the backward's layer). 0 without cp.
+ * Compiled, tiny dp 2 cp 2 mb 16 on 4 CPU ranks: f32[16, 256, 64] at the loss, 1 MiB of the peak's 7.1
+ * (z1 and z2; the model without it had 5.9, 0.83 of it); z3's in the backward's first layer, the MLP's
+ * f32[16, 256, 64] (7.2 compiled, 6.3 without it, 0.88). */
+double cp_wgrads(const PlanModel *pm, const PlanCand *c, bool head) {
+  if (c->cp <= 1) return 0;
+  double big = 0;
+  if (head) big = pm->vocab / c->tp * pm->d;
+  for (int i = 0; !head && i < pm->nlt; i++)
+    if (pm->lt[i].mat) big = fmax(big, pm->lt[i].numel / (pm->lt[i].split ? c->tp : 1));
+  return c->mb * big * pm->cb;
+}
+
 /* pp 1 under ZeRO-3: the step's peak is at the loss or in the backward's first layer, the layers' stacks under
  * both, the rest not (the compiled peaks, docs/planner.md "pp 1 under ZeRO-3: the loss or the backward's first
  * layer"):
@@ -204,6 +221,7 @@ double zero3_pp1_peak(const PlanModel *pm, const PlanCand *c, double unit, doubl
   }
   if (first <= 0) first = 4; /* (not found: a GPT's) */
   double ws = fmax(0, none_l - kept_l) + unit * ((c->rec == RECOMPUTE_FULL ? 1 : 2) * first / tp + (c->sp && tp > 1 ? 2 * (1 - 1 / tp) : 0));
+  ws += cp_wgrads(pm, c, false); /* (cp: the MLP's weight gradients, one per sequence before their sum) */
   double b1 = headg + gather + lgrad + ws;
   *at_loss = head >= b1;
   return *at_loss ? head : b1 - lgrad;
