@@ -564,7 +564,12 @@ static int compile(int argc, char **argv, Diag *diag) {
     plan_search_print(stdout, m, &sr, so.top);
     fflush(stdout);
     if (!sr.nranked) {
-      error_plain("plan search: no candidate plan fits");
+      if (sr.ana_fit && (sr.budget_hit || sr.invalid))
+        error_plain("plan search: no candidate confirmed: %d fit by the analytic model, but none compiled and fit "
+                    "within --budget %g CPU s (the table above says why each was refused); a larger --budget or "
+                    "--compile-limit gives the compiles more time", sr.ana_fit, so.budget_s > 0 ? so.budget_s : 8.0);
+      else
+        error_plain("plan search: no candidate plan fits");
       plan_search_free(&sr);
       return 1;
     }

@@ -165,6 +165,22 @@ static bool first_is_pick(Interval *iv, int n, int64_t got, const int *start, Ar
   return true;
 }
 
+/* An earlier try (index below t) that took exactly the links try t takes, or -1: the packing reads nothing of a
+ * try but its links (take_links), and an interval's link is taken by kinds K when its own kind is in K, so where
+ * one try's kinds hold the other's, the taken links of the smaller are among the larger's, and the same count
+ * makes them the same; two tries taking none take the same (none). Tries the loop skipped (forced) are not
+ * looked at. (GPT-3 175B pp 16 zb, 192 micro-batches: all = selects and rows = none, 4 packings of 66,548
+ * intervals by 7 orders each, two of them repeats.) */
+static int same_links_as(const int *count, int t, int forced) {
+  for (int u = 0; u < t; u++) {
+    if (forced >= 0 && link_tries[u] != forced && link_tries[u]) continue;
+    int ku = link_tries[u], kt = link_tries[t];
+    bool nested = (ku & kt) == ku || (ku & kt) == kt;
+    if (count[u] == count[t] && (nested || !count[t])) return u;
+  }
+  return -1;
+}
+
 /* memplan_pack: the links taken into *kinds, or *pk (NULL: *kinds; else each interval's kinds), from arena a. */
 static int64_t pack_links(Interval *iv, int n, Arena *a, int64_t *plain, int *kinds, uint8_t **pk) {
   bool links = false;
@@ -183,6 +199,11 @@ static int64_t pack_links(Interval *iv, int n, Arena *a, int64_t *plain, int *ki
     int64_t fl;
     if (forced >= 0 && link_tries[t] != forced && link_tries[t]) continue; /* (forced: it, and none) */
     count[t] = take_links(iv, n, link_tries[t], NULL, start, a);
+    int same = same_links_as(count, t, forced);
+    if (same >= 0) { /* (the intervals as an earlier try left them: its packing) */
+      got[t] = got[same], pl[t] = pl[same], off[t] = off[same];
+      continue;
+    }
     got[t] = memplan_pack_orders(iv, n, a, &pl[t], &fl);
     off[t] = ARENA_ARRAY(a, int64_t, n + 1);
     for (int i = 0; i < n; i++) off[t][i] = iv[i].offset;
