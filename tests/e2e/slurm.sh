@@ -97,13 +97,18 @@ echo "sbatch: SIGUSR1 to the batch script stopped both ranks after step 3 with i
 # the ranks stop after step 3 with its checkpoint, and the launcher requeues the job
 export FAKE_SLURM_JOBS=$t/jobs
 mkdir "$t/jobs"
-SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$t/T sbatch job.sh "${run[@]}" "${ck[@]}" >"$t/tl.out" 2>&1 &
-spid=$!
-held_ranks "$t/tl.out" 3 2
-echo "JobState=COMPLETING Reason=TimeLimit" >"$t/jobs/$spid"
-kill -TERM $spid
-rc=0
-wait $spid || rc=$?
+# sigterm_job CKPT OUT REASON: a job held after step 3, Slurm's Reason for it set, the batch script
+# SIGTERMed; sets spid (the job) and rc (its status)
+sigterm_job() {
+  SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$1 sbatch job.sh "${run[@]}" "${ck[@]}" >"$2" 2>&1 &
+  spid=$!
+  held_ranks "$2" 3 2
+  echo "JobState=COMPLETING Reason=$3" >"$t/jobs/$spid"
+  kill -TERM $spid
+  rc=0
+  wait $spid || rc=$?
+}
+sigterm_job "$t/T" "$t/tl.out" TimeLimit
 [ $rc = 0 ] && grep -q "^stopped on SIGUSR1 after step 3 of 12: checkpoint $t/T/step_00000003 saved" "$t/tl.out" &&
   grep -q "launch.sh: --requeue: the SIGTERM was Slurm's at the job's time limit (Reason=TimeLimit" "$t/tl.out" &&
   grep -q "fake scontrol: requeue $spid" "$t/tl.out" && grep -q "launch.sh: job $spid requeued" "$t/tl.out" ||
@@ -112,13 +117,7 @@ echo "sbatch: SIGTERM at the time limit (Reason=TimeLimit) stopped both ranks af
 # scancel JOBID (SIGTERM to every process of the job, the batch script included; Reason=None) is a
 # cancel: the ranks stop with their checkpoint, but the job is not requeued (a real Slurm 22.05
 # requeued it)
-SHARDRT_FAULT_WAIT=3 SHARDC_CKPT=$t/K sbatch job.sh "${run[@]}" "${ck[@]}" >"$t/k.out" 2>&1 &
-spid=$!
-held_ranks "$t/k.out" 3 2
-echo "JobState=COMPLETING Reason=None" >"$t/jobs/$spid"
-kill -TERM $spid
-rc=0
-wait $spid || rc=$?
+sigterm_job "$t/K" "$t/k.out" None
 [ $rc = 75 ] && grep -q "^stopped on SIGUSR1 after step 3 of 12: checkpoint $t/K/step_00000003 saved" "$t/k.out" &&
   grep -q "launch.sh: --requeue: not requeueing job $spid after SIGTERM (a cancel: scancel; Slurm's Reason for the job: 'None'" "$t/k.out" &&
   ! grep -q "fake scontrol" "$t/k.out" ||
