@@ -121,14 +121,14 @@ static int64_t pack_groups(Interval *iv, int n, int base, int kinds, const int *
     for (int i = 0; i < n; i++)
       if (iv[i].with) lead[iv[i].with - 1] = true;
     for (int i = 0; i < n; i++) fixed[i] = root[i] == r || iv[i].with ? -1 : cur[i];
-    int64_t got = memplan_pack_fixed(iv, n, fixed, PACK_LARGEST_FIRST, off, a);
+    int64_t got = memplan_pack_fixed(iv, n, fixed, PACK_LARGEST_FIRST, off, a, NULL);
     /* again, the smaller intervals of the group's lifetime (not in a group) placed after it */
     for (int i = 0; i < n; i++)
       if (root[i] != r && !lead[i] && !iv[i].with && iv[i].bytes < big && iv[i].start <= hi && iv[i].end >= lo)
         fixed[i] = -1;
     for (int how = 0; how < PACK_ORDERS && got > limit; how++) {
-      int64_t again = memplan_pack_fixed(iv, n, fixed, how, spare, a);
-      if (again < got) {
+      int64_t again = memplan_pack_fixed(iv, n, fixed, how, spare, a, &got); /* (-1: no smaller) */
+      if (again >= 0 && again < got) {
         int64_t *t = off;
         off = spare, spare = t, got = again;
       }

@@ -276,9 +276,11 @@ static void place(const Interval *iv, int lead, int64_t off, const int *first, c
 /* Greedy placement in the order given: each interval at the lowest offset (best: the best-fit gap's,
  * best_fit) that does not overlap a placed interval whose lifetime meets its own on a rank, or where
  * `fixed` (NULL: none) puts it (fixed[i] >= 0: interval or group leader i's offset, placed as it
- * comes in the order); offsets into off_by (by index). Returns the arena size. */
+ * comes in the order); offsets into off_by (by index). Returns the arena size, or -1 where it gave up: the
+ * arena only grows as intervals are placed, so once it reaches *limit (NULL: no limit; read as it goes,
+ * another thread may lower it) this packing cannot be the one its caller keeps (the off_by then partial). */
 static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bool best, const int64_t *fixed,
-                             int64_t *off_by, Arena *caller) {
+                             int64_t *off_by, Arena *caller, const int64_t *limit) {
   Arena local; /* (a large set's index freed after each try; a small one's from the caller's arena) */
   arena_init(&local);
   Arena *a = n > PACK_LOCAL_ARENA ? &local : caller;
@@ -333,6 +335,10 @@ static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bo
                   : best            ? best_fit(meet, k, cur, x->bytes, size)
                                     : first_fit(meet, k, cur, x->bytes);
     place(iv, lead, off, first, next, &pool, by_stage, pos, leaves, nst, off_by, &size);
+    if (limit && size >= __atomic_load_n(limit, __ATOMIC_RELAXED)) {
+      size = -1;
+      break;
+    }
   }
   arena_free(&local);
   return size;
@@ -368,8 +374,9 @@ static const Interval *group_spans(const Interval *iv, int n, Arena *a) {
   return span ? span : iv;
 }
 
-/* Order `how`'s packing of iv (iv untouched): offsets into off (by index), the arena's size returned. */
-static int64_t pack_order_into(const Interval *iv, int n, int how, int64_t *off, Arena *caller) {
+/* Order `how`'s packing of iv (iv untouched): offsets into off (by index), the arena's size returned (-1: it
+ * reached *limit, pack_in_order). */
+static int64_t pack_order_into(const Interval *iv, int n, int how, int64_t *off, Arena *caller, const int64_t *limit) {
   Arena local; /* (a large set's order and spans freed after: a pipelined step packs its 175k intervals 6-28
                   times, Llama-3-405B pp 16 x cp 2, 1 GB kept to the pass's end otherwise) */
   arena_init(&local);
@@ -378,19 +385,24 @@ static int64_t pack_order_into(const Interval *iv, int n, int how, int64_t *off,
   const Interval *span = group_spans(iv, n, a);
   for (int i = 0; i < n; i++) order[i] = pack_key(&span[i], i, how);
   qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
-  int64_t size = pack_in_order(iv, n, order, how == PACK_END_BEST_FIT, NULL, off, a);
+  int64_t size = pack_in_order(iv, n, order, how == PACK_END_BEST_FIT, NULL, off, a, limit);
+  arena_free(&local);
+  return size;
+}
+
+/* memplan_pack_order, giving up (-1, iv's offsets untouched) once the arena reaches *limit (NULL: never). */
+static int64_t pack_order_limited(Interval *iv, int n, int how, Arena *caller, const int64_t *limit) {
+  Arena local; /* (a large set's offsets freed after; a small one's from the caller's arena, as many bodies pack) */
+  arena_init(&local);
+  int64_t *off = ARENA_ARRAY(n > PACK_LOCAL_ARENA ? &local : caller, int64_t, n + 1);
+  int64_t size = pack_order_into(iv, n, how, off, caller, limit);
+  for (int i = 0; i < n && size >= 0; i++) iv[i].offset = off[i];
   arena_free(&local);
   return size;
 }
 
 int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *caller) {
-  Arena local; /* (a large set's offsets freed after; a small one's from the caller's arena, as many bodies pack) */
-  arena_init(&local);
-  int64_t *off = ARENA_ARRAY(n > PACK_LOCAL_ARENA ? &local : caller, int64_t, n + 1);
-  int64_t size = pack_order_into(iv, n, how, off, caller);
-  for (int i = 0; i < n; i++) iv[i].offset = off[i];
-  arena_free(&local);
-  return size;
+  return pack_order_limited(iv, n, how, caller, NULL);
 }
 
 /* Threads packing a large set's orders side by side (memplan_pack_set_jobs): each order's packing depends on
@@ -402,7 +414,9 @@ void memplan_pack_set_jobs(int jobs) { pack_jobs = jobs < 1 ? 1 : jobs > PACK_OR
 typedef struct {
   const Interval *iv;
   int n;
-  int64_t floor, got[PACK_ORDERS];
+  int64_t floor, got[PACK_ORDERS]; /* (INT64_MAX: gave up at its limit) */
+  int64_t limit[PACK_ORDERS]; /* the arena at which order h cannot be the pick: a finished order's (below h: its
+                                 arena; above: one more, the pick being the first smallest) */
   int64_t *off[PACK_ORDERS];
   int next, at_floor; /* the next order to take; the first order whose arena is the floor (PACK_ORDERS: none) */
   pthread_mutex_t mu;
@@ -416,10 +430,15 @@ static void *orders_worker(void *arg) {
     bool stop = how >= PACK_ORDERS || how > o->at_floor; /* (after an order at the floor: the sequential loop's end) */
     pthread_mutex_unlock(&o->mu);
     if (stop) return NULL;
-    int64_t got = pack_order_into(o->iv, o->n, how, o->off[how], NULL);
+    /* (largest first never gives up: its arena is also the first's, *first) */
+    int64_t got = pack_order_into(o->iv, o->n, how, o->off[how], NULL, how ? &o->limit[how] : NULL);
     pthread_mutex_lock(&o->mu);
-    o->got[how] = got;
+    o->got[how] = got < 0 ? INT64_MAX : got;
     if (got == o->floor && how < o->at_floor) o->at_floor = how;
+    for (int h = 0; h < PACK_ORDERS && got >= 0; h++) {
+      int64_t lim = h < how ? got + 1 : got;
+      if (h != how && lim < o->limit[h]) __atomic_store_n(&o->limit[h], lim, __ATOMIC_RELAXED);
+    }
     pthread_mutex_unlock(&o->mu);
   }
 }
@@ -433,6 +452,7 @@ static void orders_side_by_side(const Interval *iv, int n, int64_t floor, int64_
   Orders o = {.iv = iv, .n = n, .floor = floor, .at_floor = PACK_ORDERS};
   for (int h = 0; h < PACK_ORDERS; h++) {
     o.got[h] = -1;
+    o.limit[h] = INT64_MAX;
     o.off[h] = malloc(((size_t)n + 1) * sizeof *o.off[h]);
     if (!o.off[h]) die("memplan: out of memory (%d intervals)", n);
   }
@@ -485,7 +505,9 @@ int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64
     }
   } else
     for (int how = 0; how < PACK_ORDERS && size != floor; how++) {
-      int64_t got = memplan_pack_order(iv, n, how, a);
+      /* (an order gives up once its arena is the least so far: the first smallest is kept) */
+      int64_t got = pack_order_limited(iv, n, how, a, size < 0 ? NULL : &size);
+      if (got < 0) continue;
       if (plain_size < 0) plain_size = got; /* (how 0: largest first, the blocks their plain sizes) */
       if (size < 0 || got < size) {
         size = got;
@@ -498,7 +520,8 @@ int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64
   return size < 0 ? 0 : size;
 }
 
-int64_t memplan_pack_fixed(const Interval *iv, int n, const int64_t *fixed, int how, int64_t *off, Arena *caller) {
+int64_t memplan_pack_fixed(const Interval *iv, int n, const int64_t *fixed, int how, int64_t *off, Arena *caller,
+                           const int64_t *limit) {
   Arena local; /* (a large set's order and spans freed after) */
   arena_init(&local);
   Arena *a = n > PACK_LOCAL_ARENA ? &local : caller;
@@ -507,7 +530,7 @@ int64_t memplan_pack_fixed(const Interval *iv, int n, const int64_t *fixed, int 
   for (int i = 0; i < n; i++)
     order[i] = fixed[i] >= 0 ? (PackKey){INT64_MIN, 0, i} : pack_key(&span[i], i, how);
   qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
-  int64_t size = pack_in_order(iv, n, order, how == PACK_END_BEST_FIT, fixed, off, a);
+  int64_t size = pack_in_order(iv, n, order, how == PACK_END_BEST_FIT, fixed, off, a, limit);
   arena_free(&local);
   return size;
 }

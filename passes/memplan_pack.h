@@ -109,8 +109,9 @@ int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64
 void memplan_pack_set_jobs(int jobs);
 /* The intervals fixed[i] >= 0 gives (a group's leader, Interval.with: its group) at that offset, then the
  * others in order `how` (a group by its whole lifetime) as memplan_pack_order places them; offsets into off
- * (by index), returns the arena's size. */
-int64_t memplan_pack_fixed(const Interval *iv, int n, const int64_t *fixed, int how, int64_t *off, Arena *a);
+ * (by index), returns the arena's size, or -1 once it reaches *limit (NULL: no limit; off then partial). */
+int64_t memplan_pack_fixed(const Interval *iv, int n, const int64_t *fixed, int how, int64_t *off, Arena *a,
+                           const int64_t *limit);
 /* The peak of live bytes on one rank over the intervals' lifetimes: no packing's arena is smaller. */
 int64_t memplan_pack_floor(const Interval *iv, int n, Arena *a);
 /* A lower bound on the arena of any packing with the links Interval.with gives (memplan_pack_orders, each order):

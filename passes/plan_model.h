@@ -64,6 +64,9 @@ typedef struct {
                                         read + written by the host per byte of its shard (CostReport) */
   double off_copies[2];       /* ... and its copies per step (device -> host, host -> device), all stages' */
   PpProfile *profiles;        /* the schedules' loads met so far, by schedule, pp, micro-batches, chunks */
+  PpProfile **ptab;           /* ... by the hash of that key (pp_profile; a search meets thousands: GPT-3's
+                                 ranking 3,000+, each a candidate's lookup) */
+  int ptab_cap, ptab_n;
   struct PpSplit **splits;    /* the balanced splits made so far, by their (rounded) figures (plan_model_balance) */
 } PlanModel;
 

@@ -41,6 +41,8 @@ struct PpProfile {
   int *cload, *ncload;    /* interleaved: each chunk's forwards at each stage's peaks (PipeBalance.cload); else NULL */
   PpPlay *plays;          /* the lists played with the times met */
   struct PpProfile *next;
+  uint64_t hash;          /* of the key above (kind, pp, M, v, lkey, lay): PlanModel.ptab's */
+  struct PpProfile *hnext; /* the next in its ptab bucket */
 };
 
 /* x (a stage time over a middle stage's forward) rounded as the profiles' keys are. */

@@ -208,9 +208,30 @@ static void pp_loads(PpProfile *p, const double *key) {
   free(a), free(left), free(hm), free(hmf), free(hml), free(bw), free(fr), free(ac);
 }
 
+/* FNV-1a over n bytes, from h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+/* pm's profiles by hash: p added to the table (doubled where it holds as many as buckets). */
+static void ptab_add(PlanModel *pm, PpProfile *p) {
+  if (pm->ptab_n >= pm->ptab_cap) {
+    int cap = pm->ptab_cap ? 2 * pm->ptab_cap : 256;
+    PpProfile **t = calloc((size_t)cap, sizeof *t);
+    if (!t) die("plan model: out of memory");
+    for (int b = 0; b < pm->ptab_cap; b++)
+      for (PpProfile *q = pm->ptab[b], *n; q; q = n) n = q->hnext, q->hnext = t[q->hash & (uint64_t)(cap - 1)], t[q->hash & (uint64_t)(cap - 1)] = q;
+    free(pm->ptab);
+    pm->ptab = t, pm->ptab_cap = cap;
+  }
+  PpProfile **b = &pm->ptab[p->hash & (uint64_t)(pm->ptab_cap - 1)];
+  p->hnext = *b, *b = p, pm->ptab_n++;
+}
+
 /* The lists of a schedule as the pipe pass makes them (pp_lists), their loads in flight (kept by
- * schedule, pp, micro-batches, chunks and, zb, the times its lists were made with), and their play
- * with the stage times key (kept by key). */
+ * schedule, pp, micro-batches, chunks and, zb, the times its lists were made with: found by their hash),
+ * and their play with the stage times key (kept by key). */
 const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
                                 const double *list_key, const int64_t *lay, const PpProfile **prof, bool play) {
   double lkey[PP_KEYS] = {0};
@@ -220,16 +241,19 @@ const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v,
     for (int i = 0; i < PK_MERGE; i++) lkey[i] = pp_lkey(list_key[i]);
   for (int st = 0; kind == SCHED_ZB && lay && st < pp && st < RT_MAX_STAGES; st++) ly[st] = (short)lay[st], uneven |= lay[st] != lay[0];
   if (!uneven) memset(ly, 0, sizeof ly); /* (even: the even lists) */
-  PpProfile *p = pm->profiles;
-  while (p && !(p->kind == kind && p->pp == pp && p->M == M && p->v == v && !memcmp(p->lkey, lkey, sizeof lkey) &&
-                !memcmp(p->lay, ly, sizeof ly)))
-    p = p->next;
+  int head[4] = {(int)kind, pp, M, v};
+  uint64_t hash = fnv(fnv(fnv(0xcbf29ce484222325ULL, head, sizeof head), lkey, sizeof lkey), ly, sizeof ly);
+  PpProfile *p = pm->ptab_cap ? pm->ptab[hash & (uint64_t)(pm->ptab_cap - 1)] : NULL;
+  while (p && !(p->hash == hash && p->kind == kind && p->pp == pp && p->M == M && p->v == v &&
+                !memcmp(p->lkey, lkey, sizeof lkey) && !memcmp(p->lay, ly, sizeof ly)))
+    p = p->hnext;
   if (!p) {
     if (!(p = calloc(1, sizeof *p))) die("plan model: out of memory");
-    *p = (PpProfile){.kind = kind, .pp = pp, .M = M, .v = v, .next = pm->profiles};
+    *p = (PpProfile){.kind = kind, .pp = pp, .M = M, .v = v, .next = pm->profiles, .hash = hash};
     memcpy(p->lkey, lkey, sizeof lkey);
     memcpy(p->lay, ly, sizeof ly);
     pm->profiles = p;
+    ptab_add(pm, p);
     pp_loads(p, lkey);
   }
   *prof = p;
@@ -258,7 +282,8 @@ void pp_profiles_free(PlanModel *pm) {
     free(p->cload), free(p->ncload);
     free(p);
   }
-  pm->profiles = NULL;
+  free(pm->ptab);
+  pm->profiles = NULL, pm->ptab = NULL, pm->ptab_cap = pm->ptab_n = 0;
 }
 
 /* ---- zb: what B hands W and what B's recompute made for W, per layer --------------------------------- */

@@ -22,13 +22,8 @@
 # Usage: tests/report/compare.sh SHARDC [trainer]
 set -uo pipefail
 shardc=${1:?usage: compare.sh SHARDC [trainer]}
-shardc=$(cd "$(dirname "$shardc")" && pwd)/$(basename "$shardc")
 mode=${2:-}
-cd "$(dirname "$0")/../.."
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+source "$(dirname "$0")/lib.sh"
 
 # cell ROW COL: the table's cell (columns of 16 characters after a 28-character row name)
 cell() { awk -v row="$1" -v col="$2" 'substr($0, 1, 28) ~ "^#   " row " *$" {
@@ -108,13 +103,13 @@ a1=$(echo "$out" | cell "memory activations" 1) a2=$(echo "$out" | cell "memory 
 awk -v a="${a1% MiB}" -v b="${a2% MiB}" 'BEGIN { exit !(b < 0.6 * a) }' || bad "micro_batch 4's activations $a2, not under 0.6 x $a1"
 out=$("$shardc" plan models/tiny.model --compare "tp=2,3" 2>&1) || bad "a refused variant failed the comparison: $out"
 expect "$out" "step" 2 "refused"
-echo "$out" | grep -q "^# tp=3 refused: .*tp" || bad "no message for the refused tp=3: $out"
+echo "$out" | has "^# tp=3 refused: .*tp" || bad "no message for the refused tp=3: $out"
 
 # 3. --storage
 out=$("$shardc" plan models/tiny.model -D tp=2 -D dp=1 --storage 2 2>&1) || bad "storage: $out"
-echo "$out" | grep -q "size             1.4 MiB (1446912 B), 48 tensors" || bad "storage: checkpoint size: $out"
-echo "$out" | grep -q "per writing rank 677.2 KiB (693504 B) to 735.8 KiB (753408 B, rank 0)" || bad "storage: per rank: $out"
-echo "$out" | grep -q "all ranks write  723 us" || bad "storage: 1446912 B at 2 GB/s is 723 us: $out"
+echo "$out" | has "size             1.4 MiB (1446912 B), 48 tensors" || bad "storage: checkpoint size: $out"
+echo "$out" | has "per writing rank 677.2 KiB (693504 B) to 735.8 KiB (753408 B, rank 0)" || bad "storage: per rank: $out"
+echo "$out" | has "all ranks write  723 us" || bad "storage: 1446912 B at 2 GB/s is 723 us: $out"
 gpt=(models/gpt2-124m.model --target cuda --topology models/topo/p4d-x4.topo -D micro_batch=16 --storage 5)
 net() { sed -n 's/^#   across nodes .* per rank (\([0-9]*\) B); a node.s network carries .* (\([0-9]*\) B):.*/\1 \2/p'; }
 read -r r n <<<"$("$shardc" plan "${gpt[@]}" 2>&1 | net)"
@@ -124,26 +119,26 @@ read -r r n <<<"$("$shardc" plan "${gpt[@]}" -D tp=8 -D dp=4 2>&1 | net)"
 
 # 4. bad input
 err=$("$shardc" plan models/tiny.model --compare "zero=" 2>&1) && bad "an empty value was accepted"
-echo "$err" | grep -q "error: --compare: 'zero=' has no values" || bad "empty value: $err"
+echo "$err" | has "error: --compare: 'zero=' has no values" || bad "empty value: $err"
 # a knob given twice (each variant took the last value) and files past the 16th (dropped): refused
 err=$("$shardc" plan models/tiny.model --compare "zero=0 zero=1" 2>&1) && bad "a knob given twice was accepted"
-echo "$err" | grep -qF "error: --compare: 'zero' is given twice in 'zero=0 zero=1': list its values once" || bad "knob twice: $err"
+echo "$err" | has -F "error: --compare: 'zero' is given twice in 'zero=0 zero=1': list its values once" || bad "knob twice: $err"
 err=$("$shardc" plan models/tiny.model --compare "$(printf 'f%d.model ' $(seq 16))" 2>&1) && bad "17 plans were accepted"
-echo "$err" | grep -qF "error: --compare: 'f16.model': at most 16 plans side by side" || bad "17 plans: $err"
+echo "$err" | has -F "error: --compare: 'f16.model': at most 16 plans side by side" || bad "17 plans: $err"
 err=$("$shardc" plan models/tiny.model --compare "zero=0,1 b.model" 2>&1) && bad "knobs and files were accepted"
-echo "$err" | grep -q "either knobs" || bad "knobs and files: $err"
+echo "$err" | has "either knobs" || bad "knobs and files: $err"
 err=$("$shardc" plan models/tiny.model --storage 0 2>&1) && bad "--storage 0 was accepted"
-echo "$err" | grep -q "error: --storage needs a positive bandwidth in GB/s, got '0'" || bad "--storage 0: $err"
+echo "$err" | has "error: --storage needs a positive bandwidth in GB/s, got '0'" || bad "--storage 0: $err"
 err=$("$shardc" plan models/tiny.model --compare "zero=0,1" --search 2>&1) && bad "--compare --search was accepted"
-echo "$err" | grep -q "one at a time" || bad "--compare --search: $err"
+echo "$err" | has "one at a time" || bad "--compare --search: $err"
 err=$("$shardc" build models/tiny.model --compare "zero=0,1" 2>&1) && bad "build --compare was accepted"
-echo "$err" | grep -q "builds nothing" || bad "build --compare: $err"
+echo "$err" | has "builds nothing" || bad "build --compare: $err"
 err=$("$shardc" plan models/tiny.model --search --storage 5 2>&1) && bad "--search --storage (no --pick) was accepted"
-echo "$err" | grep -q "concern one plan: add --pick" || bad "--search --storage: $err"
+echo "$err" | has "concern one plan: add --pick" || bad "--search --storage: $err"
 err=$("$shardc" plan models/tiny.model --search --sbatch "$tmp/x.sbatch" 2>&1) && bad "--search --sbatch (no --pick) was accepted"
-echo "$err" | grep -q "concern one plan: add --pick" || bad "--search --sbatch: $err"
+echo "$err" | has "concern one plan: add --pick" || bad "--search --sbatch: $err"
 err=$("$shardc" plan models/tiny.model --compare "zero=0,1" --sbatch "$tmp/x.sbatch" 2>&1) && bad "--compare --sbatch was accepted"
-echo "$err" | grep -q "without -o, --emit-c or --sbatch" || bad "--compare --sbatch: $err"
+echo "$err" | has "without -o, --emit-c or --sbatch" || bad "--compare --sbatch: $err"
 
 # 5. pictures
 chk=tests/report/svg_check.py
@@ -156,9 +151,9 @@ python3 $chk memory "$tmp/mem.svg" "$tmp/plan.txt" || bad "the memory SVG"
 python3 $chk compare "$tmp/cmp.svg" "$tmp/cmp.txt" || bad "the comparison SVG"
 python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "$tmp/cmem.svg" || bad "--compare --memory-svg: not XML"
 err=$("$shardc" plan models/tiny.model --compare-svg "$tmp/x.svg" 2>&1) && bad "--compare-svg without --compare was accepted"
-echo "$err" | grep -q "give --compare SPEC too" || bad "--compare-svg alone: $err"
+echo "$err" | has "give --compare SPEC too" || bad "--compare-svg alone: $err"
 err=$("$shardc" plan models/tiny.model --mesh-svg /nonexistent/dir/m.svg 2>&1) && bad "an unwritable --mesh-svg was accepted"
-echo "$err" | grep -q "error: --mesh-svg: cannot write '/nonexistent/dir/m.svg'" || bad "unwritable --mesh-svg: $err"
+echo "$err" | has "error: --mesh-svg: cannot write '/nonexistent/dir/m.svg'" || bad "unwritable --mesh-svg: $err"
 
 [ $fail = 0 ] && echo "ok: plan --compare, --storage and the SVGs"
 exit $fail

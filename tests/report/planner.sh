@@ -43,7 +43,7 @@ for tp in 1 2 4; do
   if [ -n "$prev_g" ]; then
     awk -v g="$g" -v p="$prev_g" 'BEGIN { exit !(g <= 0.6 * p) }' || bad "tp $tp: GEMM $g s, not under 0.6 x tp/2's $prev_g s"
     awk -v g="$a" -v p="$prev_a" 'BEGIN { exit !(g <= 0.6 * p) }' || bad "tp $tp: attention $a s, not under 0.6 x $prev_a s"
-    echo "$out" | grep -q '^#   communication .* in node [1-9]' || bad "tp $tp: no in-node communication"
+    echo "$out" | has '^#   communication .* in node [1-9]' || bad "tp $tp: no in-node communication"
   fi
   prev_g=$g prev_a=$a
 done
@@ -57,15 +57,15 @@ fast=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/fast.profile" 
 gs=$(echo "$slow" | gemm) gf=$(echo "$fast" | gemm)
 awk -v s="$gs" -v f="$gf" 'BEGIN { r = s / f; exit !(r > 1.99 && r < 2.01) }' ||
   bad "profile: GEMM $gs s at 1 GFLOP/s vs $gf s at 2 GFLOP/s, want a ratio of 2"
-echo "$slow" | grep -q "device: profile $tmp/slow.profile" || bad "profile: the report does not name the profile"
+echo "$slow" | has "device: profile $tmp/slow.profile" || bad "profile: the report does not name the profile"
 [ "$(echo "$base" | gemm)" != "$gs" ] || bad "profile: the GEMM time did not change"
 printf 'gemm_flops 1e9\n  gemmflops 2e9\n' >"$tmp/bad.profile"
 err=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/bad.profile" 2>&1) && bad "a bad profile key was accepted"
-echo "$err" | grep -q "bad.profile:2:3: error: unknown profile key 'gemmflops' (did you mean 'gemm_flops'?)" ||
+echo "$err" | has "bad.profile:2:3: error: unknown profile key 'gemmflops' (did you mean 'gemm_flops'?)" ||
   bad "bad profile key: $err"
 printf 'overlap 1.5\n' >"$tmp/bad2.profile"
 err=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/bad2.profile" 2>&1) && bad "overlap 1.5 was accepted"
-echo "$err" | grep -q "bad2.profile:1:9: error: profile key 'overlap' needs a fraction" || bad "bad overlap: $err"
+echo "$err" | has "bad2.profile:1:9: error: profile key 'overlap' needs a fraction" || bad "bad overlap: $err"
 # the CPU's libm tanhf loop: tiny runs gelu on 2 layers x 512 tokens x 256 = 262,144 elements per step,
 # so 1 us more per element adds 262.144 ms to the bandwidth-bound time (the loop bounds it at these rates;
 # printed to 3 digits: +-1 ms)
@@ -151,7 +151,7 @@ echo "$line" | awk '{ sub(/%.*/, "", $3); b = $3; if (!match($0, /plays; [0-9.]+
   s = substr($0, RSTART + 7, RLENGTH - 8); exit !(b > s + 0.5) }' || bad "time_spread 0.2 over 1 ms: want the bubble above the steady one: $line"
 printf 'time_spread_block 0\n' >"$tmp/ts0.profile"
 err=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/ts0.profile" 2>&1) && bad "time_spread_block 0 was accepted"
-echo "$err" | grep -q "ts0.profile:1:19: error: profile key 'time_spread_block' needs a positive number" || bad "time_spread_block 0: $err"
+echo "$err" | has "ts0.profile:1:19: error: profile key 'time_spread_block' needs a positive number" || bad "time_spread_block 0: $err"
 printf 'elem_flat_s 0\n' >"$tmp/z.profile"
 "$shardc" plan models/tiny.model --world 1 --profile "$tmp/z.profile" >/dev/null 2>&1 || bad "elem_flat_s 0 (bandwidth only) was refused"
 
@@ -159,7 +159,7 @@ printf 'elem_flat_s 0\n' >"$tmp/z.profile"
 sed 's/memory 8 GiB/memory 6 MiB/; s/topology cpu/topology cpu_small/' models/topo/cpu.topo >"$tmp/small.topo"
 out=$("$shardc" plan models/tiny.model --topology "$tmp/small.topo" --search --top 100 --budget 120 -D pp=1 -D cp=1 2>&1) ||
   bad "search on a 6 MiB device failed: $out"
-echo "$out" | grep -q 'the time budget ran out' && bad "search on tiny ran out of time"
+echo "$out" | has 'the time budget ran out' && bad "search on tiny ran out of time"
 nofit=$(echo "$out" | sed -n 's/.* fit, \([0-9]*\) do not fit.*/\1/p')
 [ "${nofit:-0}" -gt 0 ] || bad "no candidate failed to fit a 6 MiB device"
 table() { sed '/^# analytic ranking vs compiled/,$d'; } # the ranked (compiled) table, not the analytic rows
@@ -167,7 +167,7 @@ echo "$out" | table | awk '/^# +[0-9]+  dp/ { for (i = 1; i <= NF; i++) if ($i =
   if (m > 6.0) { print "FAIL: ranked plan over 6 MiB: " $0; bad = 1 } } END { exit bad }' || fail=1
 echo "$out" | table | awk '/^# +[0-9]+  dp/ { for (i = 1; i <= NF; i++) if ($i ~ /^(ms|us|s)$/) { t = $(i - 1) * ($i == "ms" ? 1e-3 : $i == "us" ? 1e-6 : 1); break }
   if (n++ && t < last) { print "FAIL: the table is not fastest first: " $0; bad = 1 } last = t } END { exit bad }' || fail=1
-echo "$out" | grep -q "^# BUG" && bad "tiny: the memory bound is above a compiled plan's memory: $(echo "$out" | grep '^# BUG')"
+echo "$out" | has "^# BUG" && bad "tiny: the memory bound is above a compiled plan's memory: $(echo "$out" | grep '^# BUG')"
 
 # 3b. the memory bound (GPT-3 175B on p4d-x128: 174.6 G parameters, f32 master weights, AdamW): a
 # candidate whose parameters and state alone exceed 40 GiB per rank is not compiled; the example's
@@ -204,24 +204,24 @@ cpu_time "$shardc" plan models/gpt3-175b.model --target cuda --topology models/t
 out=$(cat "$tmp/out")
 echo "GPT-3 on p4d-x128: the search took $cpu CPU s ($wall s wall, load $(cut -d' ' -f1 /proc/loadavg)): $(echo "$out" | grep -m1 '^#  1  dp')"
 awk -v c="$cpu" 'BEGIN { exit !(c < 18) }' || bad "GPT-3 on p4d-x128: the search took $cpu CPU s, not under its 16 s budget + 2"
-echo "$out" | grep -q '^#  1  dp [0-9]* tp [0-9]*[+sp]* pp [0-9]* ' || bad "GPT-3 on p4d-x128: the best confirmed plan has no pp: $(echo "$out" | grep -m1 '^#  1  dp')"
+echo "$out" | has '^#  1  dp [0-9]* tp [0-9]*[+sp]* pp [0-9]* ' || bad "GPT-3 on p4d-x128: the best confirmed plan has no pp: $(echo "$out" | grep -m1 '^#  1  dp')"
 echo "$out" | pp_rows "GPT-3 on p4d-x128" || fail=1
 # compiles that cannot finish in their limit (1 CPU s: every candidate here takes over 3): an error that says so and
 # names the flags that give them time, not "no candidate plan fits" (what a slow machine's --budget 16 printed)
 out=$("$shardc" plan models/gpt3-175b.model --target cuda --topology models/topo/p4d-x128.topo --search --budget 8 \
   --compile-limit 1 2>&1) && bad "GPT-3 with --compile-limit 1: the search succeeded"
-echo "$out" | grep -q '^shardc: error: plan search: no candidate confirmed: [0-9]* fit by the analytic model, but none compiled and fit within --budget 8 CPU s .*a larger --budget or --compile-limit' ||
+echo "$out" | has '^shardc: error: plan search: no candidate confirmed: [0-9]* fit by the analytic model, but none compiled and fit within --budget 8 CPU s .*a larger --budget or --compile-limit' ||
   bad "GPT-3 with --compile-limit 1: $(echo "$out" | tail -1)"
-echo "$out" | grep -q 'refused: compile over its time limit' || bad "GPT-3 with --compile-limit 1: no compile over its limit in the table"
+echo "$out" | has 'refused: compile over its time limit' || bad "GPT-3 with --compile-limit 1: no compile over its limit in the table"
 line=$(echo "$out" | grep '^# over the memory bound, e.g. ')
-echo "$line" | grep -q "e.g. dp 16 tp 8+sp cp 8 z2 rc full mb 1: its parameters and optimizer state need at least 42.6 GiB per rank (650.5 GiB of parameters x 0.508 on the device (the bf16 copies and the masters split) and 1300.9 GiB of state over tp x pp, the state x dp x cp) over 40.0 GiB" ||
+echo "$line" | has "e.g. dp 16 tp 8+sp cp 8 z2 rc full mb 1: its parameters and optimizer state need at least 42.6 GiB per rank (650.5 GiB of parameters x 0.508 on the device (the bf16 copies and the masters split) and 1300.9 GiB of state over tp x pp, the state x dp x cp) over 40.0 GiB" ||
   bad "GPT-3's memory bound: '$line'"
 nb=$(echo "$out" | sed -n 's/.* \([0-9]*\) of those since their parameters and optimizer state alone exceed.*/\1/p')
 [ "${nb:-0}" -gt 1000 ] || bad "GPT-3: only '${nb:-}' candidates over the memory bound"
-echo "$out" | grep -q "^# BUG" && bad "GPT-3: $(echo "$out" | grep '^# BUG')"
+echo "$out" | has "^# BUG" && bad "GPT-3: $(echo "$out" | grep '^# BUG')"
 nfit=$(echo "$out" | sed -n 's/.* ranked by the analytic model in [0-9.]* s (passes\/plan_model.c): \([0-9]*\) fit.*/\1/p')
 [ "${nfit:-0}" -gt 0 ] || bad "GPT-3 on 40 GiB: the analytic model fits no candidate: $(echo "$out" | sed -n 3p)"
-echo "$out" | grep -q '^# analytic ranking vs compiled' || bad "GPT-3: no analytic ranking"
+echo "$out" | has '^# analytic ranking vs compiled' || bad "GPT-3: no analytic ranking"
 # 80 GiB (p4de: A100 80 GB): the analytic model fits more, in under 10 CPU s too; its best (zb or
 # interleaved at pp 32, 192 micro-batches) may take longer than the budget to compile: then the
 # search says so, and a compiled pp plan is within 10 % of the model
@@ -229,10 +229,10 @@ cpu_time "$shardc" plan models/gpt3-175b.model --target cuda --topology models/t
 out80=$(cat "$tmp/out")
 echo "GPT-3 on p4de-x128: the search took $cpu CPU s ($wall s wall): $(echo "$out80" | grep -m1 '^#  1  dp')"
 awk -v c="$cpu" 'BEGIN { exit !(c < 10) }' || bad "GPT-3 on p4de-x128: the search took $cpu CPU s, not under 10"
-if ! echo "$out80" | table | grep -q '^#  1  dp'; then
-  echo "$out80" | grep -q '^# no candidate fits as compiled (see the analytic rows below)' || bad "GPT-3 on 80 GiB: no plan and no clear word why"
+if ! echo "$out80" | table | has '^#  1  dp'; then
+  echo "$out80" | has '^# no candidate fits as compiled (see the analytic rows below)' || bad "GPT-3 on 80 GiB: no plan and no clear word why"
 fi
-if echo "$out80" | grep -qE '^# +[0-9]+!? +dp .* pp [0-9]+ .* (fits|does not fit)'; then echo "$out80" | pp_rows "GPT-3 on p4de-x128" || fail=1; fi
+if echo "$out80" | has -E '^# +[0-9]+!? +dp .* pp [0-9]+ .* (fits|does not fit)'; then echo "$out80" | pp_rows "GPT-3 on p4de-x128" || fail=1; fi
 n80=$(echo "$out80" | sed -n 's/.* ranked by the analytic model in [0-9.]* s (passes\/plan_model.c): \([0-9]*\) fit.*/\1/p')
 [ "${n80:-0}" -gt "${nfit:-0}" ] || bad "GPT-3: 80 GiB fits ${n80:-?} candidates analytically, 40 GiB ${nfit:-?}"
 
@@ -242,7 +242,7 @@ sed 's/memory 40 GiB/memory 4 GiB/' models/topo/p4d-x128.topo >"$tmp/p4d-4g.topo
 cpu_time "$shardc" plan models/gpt3-175b.model --target cuda --topology "$tmp/p4d-4g.topo" --search && bad "GPT-3 on 4 GiB: the search succeeded"
 out4=$(cat "$tmp/out")
 awk -v c="$cpu" 'BEGIN { exit !(c < 10) }' || bad "GPT-3 on 4 GiB: the search took $cpu CPU s, not under 10"
-echo "$out4" | grep -q '^# no candidate fits, even analytically; the closest, dp 16 tp 8+sp cp 8 z3 rc full mb 1, needs 4.8 GiB per rank over 4.0 GiB: parameters .*, gradients .*, optimizer state .*, activations .* (largest: ' ||
+echo "$out4" | has '^# no candidate fits, even analytically; the closest, dp 16 tp 8+sp cp 8 z3 rc full mb 1, needs 4.8 GiB per rank over 4.0 GiB: parameters .*, gradients .*, optimizer state .*, activations .* (largest: ' ||
   bad "GPT-3 on 4 GiB: no clear 'closest' line: $(echo "$out4" | sed -n 5p)"
 
 # 3b'. compile time of a pp x cp plan (docs/performance.md, "Compile time: pp x cp"): GPT-3 pp 4 x cp 2
@@ -303,7 +303,7 @@ picked=$(echo "$out" | step)
 [ -n "$row" ] && [ -n "$picked" ] || bad "plan --pick: no first row or no predicted step"
 awk -v a="$row" -v b="$picked" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d < 0.005) }' ||
   bad "the picked plan predicts $picked s, its row $row s (want within 0.5%: the row's own figure, printed to 3 digits)"
-echo "$out" | grep -q '^# picked #1: -D tp=' || bad "plan --pick does not say what it picked"
+echo "$out" | has '^# picked #1: -D tp=' || bad "plan --pick does not say what it picked"
 if "$shardc" build models/tiny.model --search --pick -D pp=1 -D cp=1 --budget 120 -o "$tmp/train" >"$tmp/build.log" 2>&1; then
   head -c 20000 /dev/urandom | base64 >"$tmp/corpus.txt"
   launch=$(sed -n 's/.*run \(mpirun -np [0-9]*\) .*/\1/p' "$tmp/build.log")
@@ -319,21 +319,21 @@ fi
 out=$("$shardc" plan models/tiny.model -D batch=8 --world 4 --pick 2>&1) || bad "plan -D batch=8 --world 4 --pick failed: $(echo "$out" | grep error)"
 pk=$(echo "$out" | grep '^# picked #1:')
 mb=$(echo "$pk" | sed -n 's/.*-D micro_batch=\([0-9]*\).*/\1/p') dp=$(echo "$pk" | sed -n 's/.*-D dp=\([0-9]*\).*/\1/p')
-[ -n "$mb" ] && [ -n "$dp" ] && [ $((8 % (mb * dp))) = 0 ] && echo "$pk" | grep -q -- '-D batch=8' ||
+[ -n "$mb" ] && [ -n "$dp" ] && [ $((8 % (mb * dp))) = 0 ] && echo "$pk" | has -- '-D batch=8' ||
   bad "plan -D batch=8 --world 4 --pick: '$pk' does not keep the global batch of 8"
 out=$("$shardc" plan models/tiny.model -D batch=8 -D micro_batch=8 --world 4 --pick 2>&1) &&
   bad "plan -D batch=8 -D micro_batch=8 --world 4 --pick was not refused"
-echo "$out" | grep -q "<command line>:2:13: error: batch 8 is not a multiple of micro_batch 8 x dp 4 = 32" ||
+echo "$out" | has "<command line>:2:13: error: batch 8 is not a multiple of micro_batch 8 x dp 4 = 32" ||
   bad "plan -D batch=8 -D micro_batch=8 --world 4 --pick: not the batch error: $out"
 # likewise a world the file's own degrees cannot reach (Llama-3-8B's tp 8 on 4 ranks: "a plan for 4 GPUs") is
 # searched from tp, pp, cp 1 and dp auto, and says so; pinned with -D tp=8 it is the file's error
 out=$("$shardc" plan models/llama3-8b.model --search --world 4 --top 3 2>&1) || bad "llama3-8b --search --world 4 failed: $out"
-echo "$out" | grep -q "note: the plan search starts from tp 1, pp 1, cp 1, dp auto" ||
+echo "$out" | has "note: the plan search starts from tp 1, pp 1, cp 1, dp auto" ||
   bad "llama3-8b --search --world 4: no note of the search's base: $out"
-echo "$out" | grep -q '^#  1  dp [0-9]* tp [1-4]' || bad "llama3-8b --search --world 4: no ranked row on 4 ranks: $out"
+echo "$out" | has '^#  1  dp [0-9]* tp [1-4]' || bad "llama3-8b --search --world 4: no ranked row on 4 ranks: $out"
 out=$("$shardc" plan models/llama3-8b.model --search --world 4 -D tp=8 2>&1) &&
   bad "llama3-8b --search --world 4 -D tp=8 was not refused"
-echo "$out" | grep -q "<command line>:1:4: error: tp 8 x pp 1 x cp 1 = 8 ranks per replica does not divide the launched world of 4 ranks" ||
+echo "$out" | has "<command line>:1:4: error: tp 8 x pp 1 x cp 1 = 8 ranks per replica does not divide the launched world of 4 ranks" ||
   bad "llama3-8b --search --world 4 -D tp=8: not the world error: $out"
 
 # 4c. sp together with cp (passes/plan_search.c enumerates sp at every cp): tiny on 4 CPU ranks, cp 2 x

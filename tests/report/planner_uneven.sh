@@ -73,7 +73,7 @@ out=$("$shardc" plan "${tiny[@]}" -D pp=4 -D pp_layers=balanced --search --top 4
 rows=$(echo "$out" | sed -n '/^#  #  plan  *step/,/^# row /p' | grep '^# *[0-9]')
 [ "$(echo "$rows" | grep -c .)" -ge 2 ] || bad "tiny: fewer than 2 ranked rows: $out"
 echo "$rows" | grep -v -q ' pp 4 bal ' && bad "tiny: a ranked row without balanced stages: $rows"
-echo "$out" | grep -q '^# [0-9]* candidates ([0-9]* of them with `layers(balanced)`' || bad "tiny: no count of balanced candidates: $out"
+echo "$out" | has '^# [0-9]* candidates ([0-9]* of them with `layers(balanced)`' || bad "tiny: no count of balanced candidates: $out"
 split=$(echo "$out" | sed -n 's/^# row 1.s stages: `pp 4 layers(balanced)` (-D pp=4 -D pp_layers=balanced) compiled to layers \[\(.*\)\]$/\1/p')
 [ -n "$split" ] || bad "tiny: the table does not give row 1's split: $out"
 echo "$split" | awk -F', ' '{ s = 0; for (i = 1; i <= NF; i++) { if ($i < 1) exit 1; s += $i } exit !(NF == 4 && s == 5) }' ||
@@ -97,7 +97,7 @@ got=$(echo "$hand" | step)
 [ -n "$want" ] && [ -n "$got" ] || bad "tiny: no step in row 1 ($row1) or by hand"
 awk -v a="$want" -v b="$got" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d < 0.005) }' ||
   bad "tiny: by hand ($dflags) predicts $got s, row 1 $want s (want within 0.5%: the row's figure to 3 digits)"
-echo "$hand" | grep -q "^#   layers(balanced): \[$split\]" || bad "tiny: by hand the stages are not row 1's [$split]"
+echo "$hand" | has "^#   layers(balanced): \[$split\]" || bad "tiny: by hand the stages are not row 1's [$split]"
 
 # c. a candidate just over the capacity by the model, faster than its best fit: compiled to check, marked ~
 sed 's/memory 8 GiB/memory 9.9 MiB/; s/topology cpu/topology cpu_near/' models/topo/cpu.topo >"$tmp/near.topo"
@@ -107,7 +107,7 @@ sed 's/memory 8 GiB/memory 9.9 MiB/; s/topology cpu/topology cpu_near/' models/t
 out=$("$shardc" plan "${tiny[@]}" -D pp=2 -D pp_layers=balanced -D schedule=zb -D micro_batch=4 -D dp=2 -D tp=1 -D zero=2 \
   --topology "$tmp/near.topo" --search --top 4 2>&1) ||
   bad "tiny on 9.9 MiB: the search failed: $out"
-echo "$out" | grep -q ' [1-9][0-9]* just over it and faster than its best fit' || bad "tiny on 9.9 MiB: no candidate just over: $out"
+echo "$out" | has ' [1-9][0-9]* just over it and faster than its best fit' || bad "tiny on 9.9 MiB: no candidate just over: $out"
 arow=$(echo "$out" | sed -n '/^# analytic ranking vs compiled/,$p' | grep -E '^# +[0-9]+.? +dp .* rc none mb 4 .*\(~: over the capacity by the model, (compiled to check|confirmed by compiling)\)$' | head -1)
 [ -n "$arow" ] || bad "tiny on 9.9 MiB: no rc none analytic row marked ~ (over by the model, compiled): $out"
 # over by the model: its analytic memory x 1.011 (passes/plan_search.c's ana_frag under pp) above 9.9 MiB
@@ -138,13 +138,13 @@ rrow=$(echo "$out" | sed '/^# analytic ranking vs compiled/,$d' | grep -E '^# +[
 
 # b. Llama-3-405B: its own plan fits; the search ranks pp 16 with balanced stages
 own=$("$shardc" plan models/llama3-405b.model --target cuda 2>&1) || bad "llama3-405b: plan failed: $(echo "$own" | grep error)"
-echo "$own" | grep -q '^  plan: dp 16 tp 8 pp 16 cp 1 sp on zero 1' || bad "llama3-405b: not the tp 8, pp 16, dp 16 plan"
-echo "$own" | grep -q '^#   layers(balanced): \[7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7\]' ||
+echo "$own" | has '^  plan: dp 16 tp 8 pp 16 cp 1 sp on zero 1' || bad "llama3-405b: not the tp 8, pp 16, dp 16 plan"
+echo "$own" | has '^#   layers(balanced): \[7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7\]' ||
   bad "llama3-405b: not the balanced split with lighter first and last stages: $(echo "$own" | grep 'layers(balanced)')"
-echo "$own" | grep -q '^#   capacity .*h100_80g memory: fits' || bad "llama3-405b: its plan does not fit"
+echo "$own" | has '^#   capacity .*h100_80g memory: fits' || bad "llama3-405b: its plan does not fit"
 out=$("$shardc" plan models/llama3-405b.model --target cuda --search --budget 1 --top 40 2>&1)
-echo "$out" | grep -q '^# *[0-9]* .* pp 16 bal ' || bad "llama3-405b: no pp 16 balanced candidate in the search's table: $out"
-echo "$out" | grep -q '^# [0-9]* candidates ([1-9][0-9]* of them with `layers(balanced)`' ||
+echo "$out" | has '^# *[0-9]* .* pp 16 bal ' || bad "llama3-405b: no pp 16 balanced candidate in the search's table: $out"
+echo "$out" | has '^# [0-9]* candidates ([1-9][0-9]* of them with `layers(balanced)`' ||
   bad "llama3-405b: no balanced candidates counted"
 # d. cp x pp: the analytic memory of an interleaved uneven ZeRO-3 plan against its compiled memory, as
 # the even plan's
@@ -315,7 +315,7 @@ echo "llama3-405b Meta's plan: $arow"
 echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "GiB") m[++n] = $(i - 1)
   exit !(n == 2 && m[2] > 0 && m[1] / m[2] > 0.98 && m[1] / m[2] < 1.02) }' ||
   bad "llama3-405b Meta's plan: analytic memory not within 2 % of the compiled: $arow"
-echo "$arow" | grep -qE '^# +1  dp .* fits$' || bad "llama3-405b Meta's plan: not a fit by the model (marked, or another verdict): $arow"
+echo "$arow" | has -E '^# +1  dp .* fits$' || bad "llama3-405b Meta's plan: not a fit by the model (marked, or another verdict): $arow"
 
 # coalesced NAME GROUP ARGS...: the plan ARGS compiled with --cost under coalesce off, auto and on: auto coalesces
 # the backward's reduce-scatters over GROUP (dp, dp*cp: the --cost table's row), on no fewer, and auto's step is
