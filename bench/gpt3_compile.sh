@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compile time of GPT-3 175B on 1024 A100s (models/topo/p4d-x128.topo), issue 18: the planner's
 # best 40 GB candidate (dp 8 tp 8+sp pp 16 1f1b zero 2 recompute selective micro_batch 2: 96
-# micro-batches per step, unrolled) and a pp-free plan (dp 128 tp 8+sp zero 1), each two ways:
+# micro-batches per step, unrolled), the search's pick since (pp 16 zb zero 1 micro_batch 1: 192) and a pp-free
+# plan (dp 128 tp 8+sp zero 1), each two ways:
 #   confirm  `plan --search` with every knob pinned: one candidate compiled in a child the way the
 #            search confirms one (passes without the per-pass verify, then the cost model)
 #   plan     `shardc plan` (verify after every pass, its reports printed; the IR is printed only
@@ -17,6 +18,7 @@ m=(models/gpt3-175b.model --target cuda --topology models/topo/p4d-x128.topo -D 
   -D recompute=selective)
 pp=(-D dp=8 -D pp=16 -D schedule=1f1b -D zero=2 -D micro_batch=2)
 flat=(-D dp=128 -D pp=1 -D zero=1 -D micro_batch=1)
+zb=(-D dp=8 -D pp=16 -D schedule=zb -D zero=1 -D micro_batch=1 -D recompute=none) # (the search's pick since session 33)
 confirm=(--search --compile-limit 600 --budget 1200 --confirm 1 --top 1)
 cpu() { # CPU seconds of one run: cpu SHARDC ARGS...
   local f
@@ -27,7 +29,7 @@ cpu() { # CPU seconds of one run: cpu SHARDC ARGS...
 }
 echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-22s %10s %10s\n' case "CPU s" "base CPU s"
-for c in pp flat; do
+for c in pp zb flat; do
   declare -n k=$c
   for how in confirm plan; do
     if [[ $how == confirm ]]; then extra=("${confirm[@]}"); else extra=(); fi

@@ -198,7 +198,8 @@ pp_rows() { # the analytic-vs-compiled rows of compiled pp plans: memory within 
 # less the 2 s ranking there; at load 7 on the 2 vCPUs the CPU seconds of both grow by a third or more
 # (12 ran out twice in session 32); the budget is the search's promise, checked below as the CPU it took. Since
 # session 33 its best is pp 16 zb x 192 micro-batches: 12.5 CPU s on a 2-core Xeon, over the limit there, 7.2 once
-# memplan no longer packs a link try that takes the links an earlier one took: passes/memplan_links.c)
+# memplan no longer packs a link try that takes the links an earlier one took: passes/memplan_links.c; 4.9
+# once an order that cannot be the pick gives up, session 35)
 cpu_time "$shardc" plan models/gpt3-175b.model --target cuda --topology models/topo/p4d-x128.topo --search --budget 16 ||
   bad "GPT-3 on p4d-x128: the search found no plan: $(sed -n 3,5p "$tmp/out")"
 out=$(cat "$tmp/out")
