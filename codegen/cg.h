@@ -130,9 +130,6 @@ struct CgTarget {
   /* Whether a call of the runtime's `name` (rt_...) that `node` writes is a kernel call, which the program counts
    * (codegen/emit_kcount.c): the CPU's kernels, the CUDA target's launches and GEMMs (CgCall). */
   int (*kernel_call)(const char *name);
-  /* Why the program's kernel calls are not the cost model's (the trainer prints both, compares nothing); NULL: they
-   * are, and the trainer checks them. */
-  const char *kernels_unplanned;
 };
 
 extern const CgTarget cg_target_cpu;  /* codegen/target_cpu.c */

@@ -752,7 +752,6 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", ntensors);
   if (coll_stages) fprintf(f, "  .coll_plan = coll_plan,\n  .coll_plan_stages = %d,\n", coll_stages);
   fprintf(f, "  .kern_plan = kern_plan,\n  .kern_plan_stages = %d,\n", kern_stages);
-  if (c.t->kernels_unplanned) fprintf(f, "  .kern_plan_unchecked = %s,\n", cg_cstr(&c, c.t->kernels_unplanned));
   fprintf(f, "  .logits_offset = %" PRId64 ",\n", logits ? logits->offset : (int64_t)-1);
   if (describe_logits) fprintf(f, "  .logits_tensor = &logits_tensor,\n");
   fprintf(f, "  .recipe = {.optimizer = %s, .lr = %.17g, .min_lr = %.17g, .lr_schedule = %s, .warmup = %" PRId64

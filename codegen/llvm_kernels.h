@@ -18,17 +18,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cost_llvm.h" /* LLK_MAX_EW, LlkIndex: which nodes these kernels run, decided there */
 #include "ir.h"
-
-enum { LLK_MAX_EW = 32 }; /* members and outside inputs of one elementwise kernel */
-
-/* How an elementwise kernel indexes one of its inputs, given the output's flat index i = r * inner + j. */
-typedef enum {
-  LLK_FULL,   /* the output's shape: [i] */
-  LLK_SCALAR, /* one element: [0] */
-  LLK_ROW,    /* the output's trailing dims (a bias): [j] */
-  LLK_COL,    /* the output's leading dims (a per-row value): [r] */
-} LlkIndex;
 
 typedef struct {
   OpKind op;     /* an F_EW op, OP_CONST or OP_CAST (same dtype: the identity) */

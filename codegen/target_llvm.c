@@ -11,9 +11,10 @@
  *   - LayerNorm and RMSNorm forward: a row's mean, mean square and output in one function;
  *   - their backward: three functions (row statistics, the parameter gradients by column, dx by row);
  *   - cross-entropy: a row function for the loss, dlogits, or both in one pass (fused, passes/fuse_ce.c).
- * Which of these it generates is GENERATE below, from measurements on the machine this was
- * written on (bench/bench_llvm_kernels.c, docs/performance.md): a kind is generated only where
- * the LLVM kernel was faster than the hand-written one.
+ * Which of these it generates, and which nodes each can run, passes/cost_llvm.c decides (its GENERATE, from
+ * measurements on the machine this was written on: bench/bench_llvm_kernels.c, docs/performance.md: a kind is
+ * generated only where the LLVM kernel was faster than the hand-written one), where the cost model reads it too:
+ * the trainer's kernel calls are the plan's (codegen/emit_kcount.c).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -25,61 +26,20 @@
 
 _Static_assert((int)LLK_MAX_EW >= (int)CG_EW_MAX, "an elementwise run fits one LLVM kernel");
 
-/* The kinds of generated kernel, and whether this backend generates them (else the C kernel). */
-enum { GEN_EW_RUN, GEN_EW_ONE, GEN_ADAMW, GEN_NORM, GEN_NORM_BWD, GEN_XENT, GEN_COUNT };
-static const bool GENERATE[GEN_COUNT] = {
-    [GEN_EW_RUN] = true, /* a fusion group of 2 or more members */
-    [GEN_EW_ONE] = true, /* one elementwise node */
-    [GEN_ADAMW] = true,  /* one parameter's AdamW update */
-    [GEN_NORM] = true,   /* LayerNorm and RMSNorm forward */
-    [GEN_NORM_BWD] = true, /* LayerNorm and RMSNorm backward */
-    [GEN_XENT] = true,     /* cross-entropy: forward, backward, or both in one pass (passes/fuse_ce.c) */
-};
-
-/* How the run reads v, an input of shape X, for its output shape S: by the output's index, one
- * element, by column (X is S's trailing dims), by row (S's leading dims); and the row length it
- * implies (0: none). false when X broadcasts in another way. */
-static bool index_of(const Shape *S, const Shape *X, LlkIndex *how, int64_t *inner) {
-  int64_t n = ir_numel(S), nx = ir_numel(X);
-  *inner = 0;
-  if (nx == n) return *how = LLK_FULL, true;
-  if (nx == 1) return *how = LLK_SCALAR, true;
-  int off = S->rank - X->rank; /* X is right-aligned to S (numpy broadcasting) */
-  if (off < 0 || nx == 0) return false;
-  int first = 0, last = X->rank; /* X's dims without its leading and its trailing 1s */
-  while (first < X->rank && X->dim[first] == 1) first++;
-  while (last > 0 && X->dim[last - 1] == 1) last--;
-  bool trailing = true, leading = true;
-  for (int d = first; d < X->rank; d++) trailing &= X->dim[d] == S->dim[off + d];
-  for (int d = 0; d < off; d++) leading &= S->dim[d] == 1;
-  for (int d = 0; d < last; d++) leading &= X->dim[d] == S->dim[off + d];
-  if (trailing) return *how = LLK_ROW, *inner = nx, true;
-  if (leading) return *how = LLK_COL, *inner = n / nx, true;
-  return false;
-}
-
 /* The run from n as one LLVM kernel call; returns its length, or 0 when this backend does not
  * generate it (f32 only; broadcasts of a bias, a per-row value or a scalar). */
 static int ew_run(Cg *c, Node *first) {
   CgEwRun r;
   cg_ew_run(c, first, &r);
-  if (!GENERATE[r.n > 1 ? GEN_EW_RUN : GEN_EW_ONE]) return 0;
   const Shape *S = &first->out[0]->shape;
   int64_t n = ir_numel(S);
   LlkEw e = {.nin = r.next, .nops = r.n};
-  for (int i = 0; i < r.next; i++) {
-    int64_t inner;
-    if (r.ext[i]->dtype != DT_F32 || !index_of(S, &r.ext[i]->shape, &e.idx[i], &inner)) return 0;
-    if (inner && e.inner && inner != e.inner) return 0;
-    if (inner) e.inner = inner;
-  }
+  if (!llk_ew_run_ok((const Node *const *)r.mem, r.n, (const Value *const *)r.ext, r.next, e.idx, &e.inner)) return 0;
   for (int i = 0; i < r.n; i++) {
     const Node *m = r.mem[i];
-    if (m->out[0]->dtype != DT_F32 || (m->op == OP_CAST && m->in[0]->dtype != DT_F32)) return 0;
     e.ops[i] = (LlkOp){.op = m->op, .in = {r.in[i][0], r.in[i][1]}, .scalar = m->a.scalar};
     if (r.stored[i]) e.out_op[e.nout++] = i;
   }
-  if (e.inner == n) e.inner = 0; /* one row: a flat loop */
   const char *k = llk_ew(c->ts, &e);
   const char *args = "";
   for (int i = 0; i < r.next + e.nout; i++) {
@@ -94,9 +54,7 @@ static int ew_run(Cg *c, Node *first) {
 
 /* AdamW in place on f32 tensors (the copies first when the plan moved the state). */
 static bool adamw(Cg *c, Node *n) {
-  if (!GENERATE[GEN_ADAMW]) return false;
-  for (int i = 0; i < n->nin; i++)
-    if (n->in[i]->dtype != DT_F32) return false;
+  if (llk_node_calls(n) < 0) return false; /* (f32 only: passes/cost_llvm.c) */
   const Attrs *a = &n->a;
   LlkAdamW w = {(float)a->beta1, (float)a->beta2, (float)a->eps, (float)a->weight_decay};
   const char *k = llk_adamw(c->ts, &w);
@@ -110,9 +68,7 @@ static bool adamw(Cg *c, Node *n) {
 
 /* LayerNorm / RMSNorm forward over f32 rows. */
 static bool norm(Cg *c, Node *n) {
-  if (!GENERATE[GEN_NORM]) return false;
-  for (int i = 0; i < n->nin; i++)
-    if (n->in[i]->dtype != DT_F32) return false;
+  if (llk_node_calls(n) < 0) return false; /* (f32 only: passes/cost_llvm.c) */
   const Value *x = n->in[0];
   int64_t d = x->shape.dim[x->shape.rank - 1], rows = d ? ir_numel(&x->shape) / d : 0;
   bool rms = n->op == OP_RMSNORM;
@@ -126,9 +82,7 @@ static bool norm(Cg *c, Node *n) {
 
 /* LayerNorm / RMSNorm backward over f32 rows: row statistics into the workspace, dw (db), dx. */
 static bool norm_bwd(Cg *c, Node *n) {
-  if (!GENERATE[GEN_NORM_BWD]) return false;
-  for (int i = 0; i < n->nin; i++)
-    if (n->in[i]->dtype != DT_F32) return false;
+  if (llk_node_calls(n) < 0) return false; /* (f32 only: passes/cost_llvm.c) */
   const Value *x = n->in[0];
   int64_t d = x->shape.dim[x->shape.rank - 1], rows = d ? ir_numel(&x->shape) / d : 0;
   bool rms = n->op == OP_RMSNORM_BWD;
@@ -153,7 +107,7 @@ static bool norm_bwd(Cg *c, Node *n) {
  * or, where passes/fuse_ce.c paired them and this entry point runs both, both in the forward's one
  * pass over the logits (the backward then emits nothing). */
 static bool xent(Cg *c, Node *n) {
-  if (!GENERATE[GEN_XENT] || n->in[0]->dtype != DT_F32 || n->in[1]->dtype != DT_I32) return false;
+  if (llk_node_calls(n) < 0) return false;
   int partner = fuse_ce_partner(n->graph, c->pos);
   bool fused = partner >= 0 && cg_runs(c, n->graph, partner);
   if (n->op == OP_CROSS_ENTROPY_BWD && fused) return cg_line(c, "/* computed with the loss (fused cross-entropy) */"), true;
@@ -237,7 +191,4 @@ const CgTarget cg_target_llvm = {
     .finish = llvm_finish,
     .program = llvm_program,
     .kernel_call = cg_cpu_kernel_call, /* (its kernels run through rt_par_for, the others are the CPU target's) */
-    /* (passes/cost.c prices and counts the C kernels: docs/performance.md) */
-    .kernels_unplanned = "the plan counts the C kernels' calls; these LLVM kernels run a fused elementwise run in one "
-                         "call and a norm's backward in three",
 };

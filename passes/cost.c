@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "commreport.h"
+#include "cost_llvm.h"
 #include "diag.h"
 #include "kernels/kernels.h" /* rt_attn_scores: the CPU attention's blocks */
 #include "memplan.h"
@@ -143,6 +144,40 @@ static void p2p_times(const Sim *s, const Node *n, double *lat, double *copy) {
 }
 
 static bool runs_here(const Sim *s, const Node *n) { return s->stage < 0 || ir_runs_on(n, s->stage); }
+
+/* Whether node i of g, a fusion group's member, runs inside the LLVM kernel of the elementwise run an earlier
+ * member starts, with no call of its own (Module.cpu_llvm_kernels): the run as codegen/cg.c's cg_group_run cuts it
+ * (the group's members from the first that runs here after one that does not, while they run here; node by
+ * node where a member reads one before that start) and the kernel as codegen/target_llvm.c's ew_run makes it,
+ * where passes/cost_llvm.c says one kernel runs it (else each member is a call). */
+static bool llvm_in_run(const Sim *s, const Graph *g, int i) {
+  int id = g->nodes[i]->group;
+  if (!id || i == 0 || g->nodes[i - 1]->group != id || !runs_here(s, g->nodes[i - 1])) return false;
+  int p = i - 1, e = i + 1;
+  while (p > 0 && g->nodes[p - 1]->group == id && runs_here(s, g->nodes[p - 1])) p--;
+  while (e < g->nnodes && g->nodes[e]->group == id && runs_here(s, g->nodes[e])) e++;
+  if (e - p > LLK_MAX_EW) return false;
+  for (int k = p; p > 0 && g->nodes[p - 1]->group == id && k < e; k++) /* (after a member that does not run here) */
+    for (int j = 0; j < g->nodes[k]->nin; j++)
+      for (int q = p - 1; q >= 0 && g->nodes[q]->group == id; q--)
+        if (g->nodes[q] == g->nodes[k]->in[j]->def) return false;
+  const Node *mem[LLK_MAX_EW];
+  const Value *ext[LLK_MAX_EW];
+  int next = 0;
+  for (int k = p; k < e; k++) {
+    const Node *n = mem[k - p] = g->nodes[k];
+    for (int j = 0; j < n->nin && j < 2; j++) {
+      const Value *v = n->in[j];
+      bool seen = false;
+      for (int q = p; q < k && !seen; q++) seen = g->nodes[q]->out[0] == v;
+      for (int x = 0; x < next && !seen; x++) seen = ext[x] == v;
+      if (seen) continue;
+      if (next == LLK_MAX_EW) return false;
+      ext[next++] = v;
+    }
+  }
+  return llk_ew_run_ok(mem, e - p, ext, next, NULL, NULL);
+}
 
 static bool has_async(const Graph *g) {
   for (int i = 0; i < g->nnodes; i++)
@@ -321,6 +356,8 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
   TimeKind kind;
   double extra = 0;
   int kernels = launch ? 1 : 0;
+  if (s->m->target == TARGET_CPU && s->m->cpu_llvm_kernels && launch && llk_node_calls(n) > 0)
+    kernels = llk_node_calls(n); /* (a norm's backward: three) */
   if (s->m->target == TARGET_CUDA && launch) {
     kernels = cost_cuda_kernels(n, s->at, &extra);
     if (!kernels) return; /* computed in another node's kernel */
@@ -426,6 +463,7 @@ static void sim_graph(Sim *s, const Graph *g, Clock *c) {
     s->copy_in_update = cuda && ir_update_casts_copy(g, i); /* one kernel with the update */
     s->host_copy_cast = cuda && ir_host_update_casts_copy(g, i);
     bool launch = !(cuda && n->group > 0 && i > 0 && g->nodes[i - 1]->group == n->group) && !s->copy_in_update;
+    if (!cuda && s->m->cpu_llvm_kernels && llvm_in_run(s, g, i)) launch = false;
     double t0 = c->t;
     s->at = i;
     sim_node(s, n, c, launch);

@@ -126,8 +126,6 @@ typedef struct {
                                (passes/cost.c): [kern_plan_stages][RT_KC_COUNT] as runtime/ops/kern_count.h counts
                                them; the trainer checks its counts against its stage's; NULL: none */
   int kern_plan_stages;     /* 1 without a pipeline */
-  const char *kern_plan_unchecked; /* why the program's kernel calls are not the plan's (the trainer prints both and
-                                      compares nothing: the LLVM CPU kernels); NULL: checked */
 } RtProgram;
 
 /* The host allocation of a device program with host_bytes (zeroed, pinned on a GPU); NULL without. */

@@ -311,16 +311,11 @@ static void log_kcalls(RtRun *r, const RtLoop *loop) {
     calls += loop->kcalls[k];
     blen += (size_t)snprintf(by + blen, sizeof by - blen, "%s%s %lld", k ? ", " : "", rt_kern_class_names[k],
                              (long long)loop->kcalls[k]);
-    if (!plan || p->kern_plan_unchecked || plan[k] == loop->kcalls[k] || len >= sizeof diff) continue;
+    if (!plan || plan[k] == loop->kcalls[k] || len >= sizeof diff) continue;
     len += (size_t)snprintf(diff + len, sizeof diff - len, "%s%s: %lld call(s), planned %lld", len ? "; " : "",
                             rt_kern_class_names[k], (long long)loop->kcalls[k], (long long)plan[k]);
   }
-  int64_t planned = 0;
-  for (int k = 0; plan && k < RT_KC_COUNT; k++) planned += plan[k];
-  if (r->ctx.rank == 0 && plan && p->kern_plan_unchecked)
-    printf("kernel calls per step (rank 0, step %lld): %lld (%s); the plan's %lld not compared: %s\n",
-           (long long)loop->colls_step, (long long)calls, by, (long long)planned, p->kern_plan_unchecked);
-  else if (r->ctx.rank == 0)
+  if (r->ctx.rank == 0)
     printf("kernel calls per step (rank 0, step %lld): %lld (%s)%s\n", (long long)loop->colls_step, (long long)calls, by,
            !plan ? " (the program holds no plan of them)" : len ? ": NOT as planned (below)" : ": as planned");
   if (len)
