@@ -675,9 +675,23 @@ static int compile(int argc, char **argv, Diag *diag) {
               out ? out : def, m->topo.name ? m->topo.name : "?", m->topo.device ? m->topo.device : "?");
   }
   if (sbatch) { /* the Slurm batch script for the trainer -o names (codegen/sbatch.c) */
-    char def[512];
+    char def[512], why[400], a[32], b[32];
     snprintf(def, sizeof def, "train_%s", m->name);
-    if (!cg_write_sbatch(m, sbatch, out ? out : def, home.launch)) return 1;
+    /* its warning before the time limit: the predicted step and checkpoint (at --storage, else 10 GB/s) */
+    CostDevice sd;
+    CostReport scr;
+    CkptReport sck;
+    cost_device_defaults(m, &sd);
+    if (profile && !cost_profile_read(profile, &sd)) return 1;
+    cost_estimate(m, &sd, &scr);
+    double sbps = storage_Bps > 0 ? storage_Bps : 10e9;
+    storage_ckpt(m, &sd, sbps, scr.step_s, &sck);
+    int warn = storage_stop_warning_s(scr.step_s, sck.sharded_s);
+    snprintf(why, sizeof why, "%d s, twice a step (%s predicted) and a checkpoint's writes (%s for %.4g GB at %.4g GB/s%s), "
+             "plus 30 s (at least 120)", warn, cost_human_time(a, sizeof a, scr.step_s),
+             cost_human_time(b, sizeof b, sck.sharded_s), sck.total_bytes * 1e-9, sbps * 1e-9,
+             storage_Bps > 0 ? ", --storage" : "; --storage GB/s gives the file system's");
+    if (!cg_write_sbatch(m, sbatch, out ? out : def, home.launch, warn, why)) return 1;
     fprintf(stderr, "shardc: wrote %s: sbatch %s [TRAINER FLAGS...]\n", sbatch, sbatch);
   }
   arena_free(&arena);

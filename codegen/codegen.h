@@ -32,6 +32,7 @@ bool cg_emit_file(const Module *m, const char *dir, const CgOptions *o);
 bool cg_build(const Module *m, const char *out, const CgOptions *o);
 /* Writes the Slurm batch script for m's plan (codegen/sbatch.c): nodes, tasks, GPUs per task, and
  * the restart launcher `launch` running `srun -n WORLD trainer`. false after reporting an error. */
-bool cg_write_sbatch(const Module *m, const char *path, const char *trainer, const char *launch);
+bool cg_write_sbatch(const Module *m, const char *path, const char *trainer, const char *launch, int warn_s,
+                     const char *warn_why);
 
 #endif

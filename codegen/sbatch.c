@@ -37,7 +37,8 @@ static char *absolute(const char *path) {
   return out;
 }
 
-bool cg_write_sbatch(const Module *m, const char *path, const char *trainer, const char *launch) {
+bool cg_write_sbatch(const Module *m, const char *path, const char *trainer, const char *launch, int warn_s,
+                     const char *warn_why) {
   const MeshMap *mm = m->mesh;
   if (!mm) {
     error_plain("--sbatch: the plan has no mesh");
@@ -75,11 +76,13 @@ bool cg_write_sbatch(const Module *m, const char *path, const char *trainer, con
   /* a requeued job's run writes the same file, which Slurm truncates by default (JobFileAppend=0):
    * the first run's log, its stop included, was lost on a real Slurm 22.05 (docs/trainer.md) */
   fprintf(f, "#SBATCH --open-mode=append\n");
-  /* 120 s before the time limit the launcher gets SIGUSR1, has the ranks stop after a checkpoint
+  /* warn_s before the time limit the launcher gets SIGUSR1, has the ranks stop after a checkpoint
    * (status 75) and requeues the job, which resumes from it (docs/trainer.md, Signals); without this
    * line the limit's SIGTERM does the same, told from scancel's by the job's Reason=TimeLimit, but
-   * leaves the checkpoint only Slurm's KillWait (30 s by default) */
-  fprintf(f, "#SBATCH --signal=B:USR1@120\n");
+   * leaves the checkpoint only Slurm's KillWait (30 s by default). warn_s: the plan's step and
+   * checkpoint writes (passes/storage.c storage_stop_warning_s) */
+  fprintf(f, "# Slurm's warning before the time limit: %s.\n", warn_why);
+  fprintf(f, "#SBATCH --signal=B:USR1@%d\n", warn_s);
   fprintf(f, "#SBATCH --requeue\n");
   fprintf(f, "set -euo pipefail\n");
   fprintf(f, "trainer=${SHARDC_TRAINER:-");

@@ -41,6 +41,11 @@ static double local_bytes(const Value *v) { return (double)ir_numel(&v->shape) *
 /* The mesh axes that split v (degree > 1): runtime/train/layout.c's rt_tensor_split_mask. */
 static unsigned split_mask(const MeshMap *mm, const Value *v) { return ir_split_mask(&v->sharding, v->shape.rank, mm); }
 
+int storage_stop_warning_s(double step_s, double ckpt_s) {
+  double s = 2 * (fmax(step_s, 0) + fmax(ckpt_s, 0)) + 30;
+  return s >= 65535 || !isfinite(s) ? 65535 : s <= 120 ? 120 : (int)ceil(s);
+}
+
 void storage_ckpt(const Module *m, const CostDevice *d, double storage_Bps, double step_s, CkptReport *c) {
   memset(c, 0, sizeof *c);
   const MeshMap *mm = m->mesh;

@@ -58,6 +58,12 @@ typedef struct {
 void storage_traffic(const Module *m, const CostDevice *d, TrafficReport *t);
 /* step_s: the predicted step (the interval between checkpoints); storage_Bps > 0. */
 void storage_ckpt(const Module *m, const CostDevice *d, double storage_Bps, double step_s, CkptReport *c);
+/* The warning a Slurm job of the plan needs before its time limit (`--sbatch`'s `#SBATCH --signal=B:USR1@S`): the
+ * ranks finish the step in flight, write a checkpoint (every rank its blocks: ckpt_s, CkptReport.sharded_s) and
+ * exit, then the launcher requeues the job. Seconds: twice the step and the writes (the margin of a predicted step
+ * and of a file system that others load), plus 30 for the exit and the requeue; at least 120 (the script's old
+ * fixed figure, which a small model keeps), at most 65535 (Slurm's largest). */
+int storage_stop_warning_s(double step_s, double ckpt_s);
 /* The report `shardc plan --storage GB/s` prints. */
 void storage_print(FILE *f, const Module *m, const TrafficReport *t, const CkptReport *c, double step_s);
 

@@ -14,6 +14,7 @@
 #     4,992 replicated ones (753,408 B); across nodes (GPT-2 on 4 p4d nodes) a node's network
 #     carries one ring edge of each group: dp 32 (8 members per node) a rank's bytes, dp 4 x tp 8
 #     (1 member per node) 8 x a rank's bytes;
+#  3b. --sbatch: its warning before the time limit from the plan's step and checkpoint (storage_stop_warning_s);
 #  4. bad input: an empty value, knobs and files mixed, --storage 0, --compare with --search;
 #  5. the SVGs are well-formed XML and show these numbers (tests/report/svg_check.py): the mesh of
 #     GPT-2 tp 8 x dp 4 on 4 p4d nodes, tiny's memory bars, the comparison chart's steps;
@@ -116,6 +117,29 @@ read -r r n <<<"$("$shardc" plan "${gpt[@]}" 2>&1 | net)"
 [ -n "${r:-}" ] && [ "$r" = "$n" ] || bad "dp 32 on 4 nodes: a node's network carries '$n' B, want a rank's '$r' B"
 read -r r n <<<"$("$shardc" plan "${gpt[@]}" -D tp=8 -D dp=4 2>&1 | net)"
 [ -n "${r:-}" ] && [ "$((8 * r))" = "$n" ] || bad "dp 4 x tp 8: a node's network carries '$n' B, want 8 x a rank's '$r' B"
+
+# 3b. --sbatch's warning before the time limit: twice the predicted step and the checkpoint's sharded writes, plus
+# 30 s, at least 120 (passes/storage.c storage_stop_warning_s): tiny keeps 120; GPT-3 175B's 2 TB checkpoint at
+# the default 10 GB/s needs minutes (120 s killed its writes: 486 s), 120 again at --storage 100 (21 s of writes)
+warn() { # prints the script's --signal seconds and its comment's step and checkpoint seconds
+  sed -n 's/^#SBATCH --signal=B:USR1@\([0-9]*\)$/\1/p' "$1"
+  sed -n "s/^# Slurm's warning before the time limit: [0-9]* s, twice a step (\([0-9.]*\) \([a-z]*\) predicted) and a checkpoint's writes (\([0-9.]*\) \([a-z]*\) for .*/\1 \2 \3 \4/p" "$1"
+}
+"$shardc" plan models/tiny.model --sbatch "$tmp/tiny.sbatch" >/dev/null 2>&1 || bad "tiny --sbatch failed"
+[ "$(warn "$tmp/tiny.sbatch" | head -1)" = 120 ] || bad "tiny's --signal: $(grep -- '--signal\|warning' "$tmp/tiny.sbatch")"
+g3=(models/gpt3-175b.model --target cuda --topology models/topo/p4d-x128.topo -D tp=8 -D pp=16 -D dp=8 -D zero=1
+  -D recompute=none -D schedule=zb)
+for bw in "" 100; do
+  "$shardc" plan "${g3[@]}" ${bw:+--storage $bw} --sbatch "$tmp/g3$bw.sbatch" >/dev/null 2>&1 || bad "GPT-3 --sbatch ${bw:+--storage $bw} failed"
+  read -r sig <<<"$(warn "$tmp/g3$bw.sbatch" | head -1)"
+  read -r st su ck cu <<<"$(warn "$tmp/g3$bw.sbatch" | tail -1)"
+  awk -v sig="${sig:-0}" -v st="${st:-0}" -v su="$su" -v ck="${ck:-0}" -v cu="$cu" 'function s(v, u) { return u == "ms" ? v / 1e3 : u == "us" ? v / 1e6 : v }
+    BEGIN { w = 2 * (s(st, su) + s(ck, cu)) + 30; if (w < 120) w = 120; exit !(sig >= w - 1 && sig <= w * 1.01 + 1) }' ||
+    bad "GPT-3 --sbatch ${bw:+--storage $bw}: --signal $sig s, not 2 x (step $st $su + writes $ck $cu) + 30 (at least 120): $(grep "warning before" "$tmp/g3$bw.sbatch")"
+  eval "sig_$bw=\$sig"
+done
+[ "${sig_:-0}" -gt 120 ] && [ "${sig_:-0}" -gt "${sig_100:-0}" ] || bad "GPT-3: the warning at 10 GB/s ($sig_ s) is not longer than at --storage 100 ($sig_100 s)"
+echo "--sbatch warning: tiny 120 s, GPT-3 175B ${sig_} s (10 GB/s), ${sig_100} s (--storage 100)"
 
 # 4. bad input
 err=$("$shardc" plan models/tiny.model --compare "zero=" 2>&1) && bad "an empty value was accepted"
