@@ -751,7 +751,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(f, "  .nparams = %" PRId64 ",\n  .flops_per_token = %.17g,\n", ir_param_count(m), ir_flops_per_token(m, true));
   fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", ntensors);
   if (coll_stages) fprintf(f, "  .coll_plan = coll_plan,\n  .coll_plan_stages = %d,\n", coll_stages);
-  fprintf(f, "  .kern_plan = kern_plan,\n  .kern_plan_stages = %d,\n", kern_stages);
+  fprintf(f, "  .kern_plan = kern_plan,\n  .kern_plan_stages = %d,\n  .gemm_flop_plan = gemm_flop_plan,\n", kern_stages);
   fprintf(f, "  .logits_offset = %" PRId64 ",\n", logits ? logits->offset : (int64_t)-1);
   if (describe_logits) fprintf(f, "  .logits_tensor = &logits_tensor,\n");
   fprintf(f, "  .recipe = {.optimizer = %s, .lr = %.17g, .min_lr = %.17g, .lr_schedule = %s, .warmup = %" PRId64

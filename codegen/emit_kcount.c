@@ -14,7 +14,8 @@
  *
  * cg_emit_kern_plan writes the cost model's count for each pipeline stage (passes/cost.c
  * cost_stage_kernels, the count `shardc plan --cost` prints): RtProgram.kern_plan, which the trainer
- * checks its first step's counts against (runtime/train/log.c).
+ * checks its first step's counts against (runtime/train/log.c); and each stage's matmul FLOPs a step
+ * (RtProgram.gemm_flop_plan), which the CPU trainer checks the FLOPs its rt_matmul_* calls counted against.
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -103,17 +104,22 @@ int cg_emit_kern_plan(Cg *c) {
   const Module *m = c->m;
   int nst = m->pipe ? m->pipe->pp : 1; /* (cost_stage_kernels' rows) */
   int64_t(*k)[RT_KC_COUNT] = calloc((size_t)nst, sizeof *k);
-  if (!k) die("codegen: out of memory");
+  double *fl = calloc((size_t)nst, sizeof *fl);
+  if (!k || !fl) die("codegen: out of memory");
   CostDevice d;
   cost_device_defaults(m, &d); /* (the counts do not depend on the device's figures) */
-  cost_stage_kernels(m, &d, k);
+  cost_stage_kernels(m, &d, k, fl);
   fprintf(c->f, "static const int64_t kern_plan[] = { /* [stage][class]: kernel calls a step (passes/cost.c) */\n");
   for (int st = 0; st < nst; st++) {
     fprintf(c->f, " ");
     for (int cls = 0; cls < RT_KC_COUNT; cls++) fprintf(c->f, " %" PRId64 ",", k[st][cls]);
     fprintf(c->f, "\n");
   }
-  fprintf(c->f, "};\n\n");
+  fprintf(c->f, "};\n");
+  fprintf(c->f, "static const double gemm_flop_plan[] = { /* [stage]: matmul FLOPs a step (passes/cost.c) */\n ");
+  for (int st = 0; st < nst; st++) fprintf(c->f, " %.17g,", fl[st]);
+  fprintf(c->f, "\n};\n\n");
   free(k);
+  free(fl);
   return nst;
 }

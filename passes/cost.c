@@ -373,7 +373,7 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
   double oh = kernels * s->d->op_overhead_s;
   c->t += dt + oh;
   double w = s->mult;
-  if (kind == T_GEMM) s->r->gemm_s += w * dt;
+  if (kind == T_GEMM) s->r->gemm_s += w * dt, s->r->gemm_flop += w * cost_gemm_flop(n);
   else if (kind == T_ATTN) s->r->attn_s += w * dt;
   else s->r->mem_s += w * dt;
   s->r->overhead_s += w * oh;
@@ -501,7 +501,7 @@ static double sim_rank(Sim *s, int stage, CostReport *r) {
 /* Every stage simulated (or the rank, without pp); with cp, the pipeline's timeline recorded and
  * played (cp->sched, cp->t). *busy_max / *busy_sum: the stages' own times; r: the busiest's parts. */
 static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, CostPipe *cp, double *busy_max,
-                       double *busy_sum, int64_t (*kstage)[RT_KC_COUNT]) {
+                       double *busy_sum, int64_t (*kstage)[RT_KC_COUNT], double *fstage) {
   Sim s = {.m = m, .d = d};
   ir_comm_groups(m, &s.v); /* (the groups alone: the sim times collectives by them, never reads the volumes) */
   memplan_views_hold(); /* (the IR as it is throughout: each graph's reads indexed once, cost_op_time's views) */
@@ -556,6 +556,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
     }
     if (st == nst - 1) last = one;
     if (kstage) memcpy(kstage[st], one.kernels_by, sizeof one.kernels_by);
+    if (fstage) fstage[st] = one.gemm_flop;
   }
   r->last_s[0] = last.gemm_s, r->last_s[1] = last.attn_s, r->last_s[2] = last.mem_s, r->last_s[3] = last.overhead_s;
   memplan_views_release();
@@ -612,7 +613,7 @@ bool cost_pipe(const Module *m, const CostDevice *d, CostPipe *cp) {
   if (!m->pipe || !m->pipe->norder) return false;
   CostReport r;
   double bmax, bsum;
-  sim_stages(m, d, &r, cp, &bmax, &bsum, NULL);
+  sim_stages(m, d, &r, cp, &bmax, &bsum, NULL, NULL);
   return true;
 }
 
@@ -626,11 +627,11 @@ void cost_pipe_free(CostPipe *cp) {
   memset(cp, 0, sizeof *cp);
 }
 
-void cost_stage_kernels(const Module *m, const CostDevice *d, int64_t (*out)[RT_KC_COUNT]) {
+void cost_stage_kernels(const Module *m, const CostDevice *d, int64_t (*out)[RT_KC_COUNT], double *gemm_flop) {
   CostReport r;
   double bmax, bsum;
   memset(&r, 0, sizeof r);
-  sim_stages(m, d, &r, NULL, &bmax, &bsum, out);
+  sim_stages(m, d, &r, NULL, &bmax, &bsum, out, gemm_flop);
 }
 
 void cost_estimate(const Module *m, const CostDevice *d, CostReport *r) {
@@ -639,7 +640,7 @@ void cost_estimate(const Module *m, const CostDevice *d, CostReport *r) {
   CostPipe cp;
   bool piped = p && p->norder;
   double busy_max, busy_sum;
-  sim_stages(m, d, r, piped ? &cp : NULL, &busy_max, &busy_sum, NULL);
+  sim_stages(m, d, r, piped ? &cp : NULL, &busy_max, &busy_sum, NULL, NULL);
   r->compute_s = r->gemm_s + r->attn_s + r->mem_s + r->overhead_s;
   double step = busy_max;
   if (piped) { /* the stages' timeline: each its own start, its instructions played with the transfers, its end */
@@ -656,7 +657,7 @@ void cost_estimate(const Module *m, const CostDevice *d, CostReport *r) {
     CostReport r0;
     double free_max, free_sum;
     memset(&r0, 0, sizeof r0);
-    sim_stages(m, &free_copies, &r0, NULL, &free_max, &free_sum, NULL);
+    sim_stages(m, &free_copies, &r0, NULL, &free_max, &free_sum, NULL, NULL);
     r->offload_exposed_s = busy_max > free_max ? busy_max - free_max : 0;
     busy_max = free_max; /* (the communication exposed: that step's) */
   }

@@ -114,6 +114,7 @@ typedef struct {
   int64_t tokens;         /* tokens per optimizer step, every rank */
   int64_t kernels;        /* kernel calls per step per rank */
   int64_t kernels_by[RT_KC_COUNT]; /* ... by class (runtime/ops/kern_count.h: GEMM, attention, bandwidth-bound) */
+  double gemm_flop;       /* the matmul nodes' FLOPs per step per rank (cost_gemm_flop; recomputed ones too) */
   double tokens_per_s;
   double mfu;             /* model FLOPs per token (training) x tokens/s / (world x peak) */
 } CostReport;
@@ -184,8 +185,9 @@ typedef struct {
 void cost_nodes_clock(const Module *m, const CostDevice *d, const Node *const *nodes, int n, bool full, CostClock *out);
 /* The kernel calls per step of each pipeline stage's ranks (one row without a pipeline), by class: what the
  * cost model counts (CostReport.kernels_by is the busiest stage's), which the trainer checks its own against
- * (codegen/emit_kcount.c writes them as RtProgram.kern_plan). out: m->pipe ? m->pipe->pp : 1 rows. */
-void cost_stage_kernels(const Module *m, const CostDevice *d, int64_t (*out)[RT_KC_COUNT]);
+ * (codegen/emit_kcount.c writes them as RtProgram.kern_plan). out: m->pipe ? m->pipe->pp : 1 rows; gemm_flop
+ * (NULL: not wanted): as many, each stage's matmul FLOPs a step (CostReport.gemm_flop: RtProgram.gemm_flop_plan). */
+void cost_stage_kernels(const Module *m, const CostDevice *d, int64_t (*out)[RT_KC_COUNT], double *gemm_flop);
 /* Predicts m's step (after pipeline_run). */
 void cost_estimate(const Module *m, const CostDevice *d, CostReport *r);
 /* `shardc plan --cost`: the prediction and its parts. */

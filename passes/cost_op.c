@@ -130,6 +130,12 @@ static double attn_flops(const Module *m, const Node *n, double *scores) {
   return 4.0 * *scores * (double)q->dim[2] / heads;
 }
 
+double cost_gemm_flop(const Node *n) {
+  const Shape *a = &n->in[0]->shape;
+  int64_t k = n->a.ta ? a->dim[a->rank - 2] : a->dim[a->rank - 1];
+  return 2.0 * (double)ir_numel(&n->out[0]->shape) * (double)k;
+}
+
 /* Whether x is y's leading dims (trailing 1s aside): a per-row value. */
 static bool leading_of(const Shape *y, const Shape *x) {
   int last = x->rank;
@@ -244,9 +250,7 @@ double cost_op_time(const Module *m, const CostDevice *d, const Node *n, bool in
   double mem = bytes / d->bytes_per_s;
   switch (cost_op_class(n->op)) {
   case T_GEMM: {
-    const Shape *a = &n->in[0]->shape;
-    int64_t k = n->a.ta ? a->dim[a->rank - 2] : a->dim[a->rank - 1];
-    double fl = 2.0 * (double)ir_numel(&n->out[0]->shape) * (double)k;
+    double fl = cost_gemm_flop(n);
     *kind = T_GEMM;
     double cold = 0;
     if (d->gemm_cold_bytes_per_s > 0)

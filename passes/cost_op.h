@@ -25,5 +25,7 @@ static inline double cost_value_bytes(const Value *v) { return (double)ir_numel(
  * into its persistent bf16 copy, which the CUDA update's own kernel stores (ir_update_casts_copy): it
  * reads nothing (the update's registers). */
 double cost_op_time(const Module *m, const CostDevice *d, const Node *n, bool in_update, double extra, TimeKind *kind);
+/* A matmul node's FLOPs: 2 x its output's elements x the contraction (what the CPU runtime's rt_matmul_* count). */
+double cost_gemm_flop(const Node *n);
 
 #endif

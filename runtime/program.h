@@ -126,6 +126,8 @@ typedef struct {
                                (passes/cost.c): [kern_plan_stages][RT_KC_COUNT] as runtime/ops/kern_count.h counts
                                them; the trainer checks its counts against its stage's; NULL: none */
   int kern_plan_stages;     /* 1 without a pipeline */
+  const double *gemm_flop_plan; /* [kern_plan_stages]: the plan's matmul FLOPs a step of each stage's ranks
+                                   (passes/cost.c), which the CPU trainer checks its rt_matmul_flops against; NULL: none */
 } RtProgram;
 
 /* The host allocation of a device program with host_bytes (zeroed, pinned on a GPU); NULL without. */

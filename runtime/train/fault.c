@@ -26,7 +26,9 @@
  * machine is. Both only in a run that started from step 1 (not in its resume).
  * SHARDRT_FAULT_KCALL=STEP:CLASS[:RANK] adds one kernel call of CLASS (GEMM, attention, bandwidth-bound:
  * ops/kern_count.h) to what step STEP counted on rank RANK (every rank without it): the trainer's check of its
- * kernel calls against the plan's (log.c) then has a difference to report.
+ * kernel calls against the plan's (log.c) then has a difference to report. SHARDRT_FAULT_FLOPS=STEP[:RANK] adds
+ * two FLOPs (one multiply-add) to the matmul FLOPs step STEP counted on rank RANK (every rank without it): the
+ * check of those against the plan's has one to report.
  * Nothing happens without the variables; a malformed one is an error.
  */
 #include <signal.h>
@@ -51,6 +53,8 @@ static struct {
   int64_t first;               /* the run's first step */
   int64_t kc_step;             /* SHARDRT_FAULT_KCALL's step (0: none) */
   int kc_class, kc_rank;
+  int64_t fl_step;             /* SHARDRT_FAULT_FLOPS's step (0: none) */
+  int fl_rank;
 } F;
 
 /* An optional ":RANK" ending v (RANK -1 when absent): 0, or -1 for anything else ("1abc" was read as 1). */
@@ -96,6 +100,14 @@ static void parse(RtRun *r) {
       rt_user_error("SHARDRT_FAULT_KCALL='%s': expected STEP:CLASS[:RANK], CLASS one of %s, %s, %s", kc,
                     rt_kern_class_names[0], rt_kern_class_names[1], rt_kern_class_names[2]);
     F.kc_step = st;
+  }
+  const char *fl = getenv("SHARDRT_FAULT_FLOPS");
+  if (fl && *fl) {
+    long long st;
+    int n = 0;
+    if (sscanf(fl, "%lld%n", &st, &n) != 1 || st < 1 || rank_tail(fl + n, &F.fl_rank))
+      rt_user_error("SHARDRT_FAULT_FLOPS='%s': expected STEP[:RANK]", fl);
+    F.fl_step = st;
   }
   const char *v = getenv("SHARDRT_FAULT_NAN");
   if (!v || !*v) return;
@@ -174,6 +186,11 @@ void rt_fault_after_log(RtRun *r, int64_t s, int64_t first) {
   fprintf(stderr, "rank %d: SHARDRT_FAULT_KILL: killed (SIGKILL) after step %lld\n", r->ctx.rank, (long long)s);
   fflush(NULL);
   raise(SIGKILL);
+}
+
+void rt_fault_flops(RtRun *r, int64_t s, uint64_t *flops) {
+  if (!F.parsed) parse(r);
+  if (F.fl_step == s && (F.fl_rank < 0 || F.fl_rank == r->ctx.rank)) *flops += 2;
 }
 
 void rt_fault_kcalls(RtRun *r, int64_t s, int64_t *k) {

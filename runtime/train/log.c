@@ -329,11 +329,23 @@ static void log_kcalls(RtRun *r, const RtLoop *loop) {
 void rt_log_colls(RtRun *r, const RtLoop *loop) {
   const RtProgram *p = r->p;
   if (loop->colls_step) log_kcalls(r, loop);
-  if (r->ctx.rank == 0 && loop->colls_step && !r->dev) /* (a device program's GEMMs are the device's) */
-    printf("matmul FLOPs a step (rank 0, step %lld, counted): %llu; the plan's model FLOPs a step per rank (3 x the "
-           "forward's matmuls and attention, over %d rank(s)): %.0f\n",
-           (long long)loop->colls_step, (unsigned long long)loop->gemm_flops, r->ctx.world > 0 ? r->ctx.world : 1,
-           p->flops_per_token * (double)(r->gbatch * r->gseq) / (r->ctx.world > 0 ? r->ctx.world : 1));
+  if (loop->colls_step && !r->dev) { /* (a device program's GEMMs are the device's) */
+    int stage = p->kern_plan_stages > 1 ? rt_ctx_coord(&r->ctx, RT_AX_PP) : 0;
+    bool planned = p->gemm_flop_plan && stage < p->kern_plan_stages;
+    double want = planned ? p->gemm_flop_plan[stage] : 0;
+    bool same = planned && (double)loop->gemm_flops == want;
+    char how[96] = "";
+    if (planned) snprintf(how, sizeof how, same ? " (as planned)" : " (NOT as planned: the plan's %.0f)", want);
+    if (r->ctx.rank == 0)
+      printf("matmul FLOPs a step (rank 0, step %lld, counted): %llu%s; the plan's model FLOPs a step per rank (3 x the "
+             "forward's matmuls and attention, over %d rank(s)): %.0f\n",
+             (long long)loop->colls_step, (unsigned long long)loop->gemm_flops, how, r->ctx.world > 0 ? r->ctx.world : 1,
+             p->flops_per_token * (double)(r->gbatch * r->gseq) / (r->ctx.world > 0 ? r->ctx.world : 1));
+    if (planned && !same)
+      fprintf(stderr, "warning: rank %d: the matmul FLOPs of step %lld differ from the plan (pipeline stage %d): %llu "
+                      "counted, planned %.0f\n", r->ctx.rank, (long long)loop->colls_step,
+              stage, (unsigned long long)loop->gemm_flops, want);
+  }
   if (r->ctx.world <= 1 || !loop->colls_step) return;
   const RtCollCounts *c = &loop->colls;
   int64_t calls = 0, bytes = 0;

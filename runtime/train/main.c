@@ -399,7 +399,10 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     rt_coll_counts(&cc1);
     for (int g = 0; g < RT_CC_ROWS; g++)
       for (int k = 0; k < RT_CK_COUNT; k++) cc1.count[g][k] -= cc0.count[g][k], cc1.bytes[g][k] -= cc0.bytes[g][k];
-    if (!loop->colls_step) loop->colls = cc1, loop->colls_step = s, loop->gemm_flops = rt_matmul_flops() - f0;
+    if (!loop->colls_step) {
+      loop->colls = cc1, loop->colls_step = s, loop->gemm_flops = rt_matmul_flops() - f0;
+      rt_fault_flops(r, s, &loop->gemm_flops);
+    }
     else if (!loop->colls_varied && memcmp(&cc1, &loop->colls, sizeof cc1) != 0) loop->colls_varied = s;
     for (int k = 0; k < RT_KC_COUNT; k++) k1[k] = rt_kcalls[k] - k0[k];
     rt_fault_kcalls(r, s, k1);

@@ -154,6 +154,9 @@ void rt_fault_after_step(RtRun *r);
 /* SHARDRT_FAULT_KCALL=STEP:CLASS[:RANK]: one kernel call of CLASS (a kern_count.h name, "GEMM") more in step
  * STEP's counts k (by class) on RANK (every rank without it): a program that ran other kernels than the plan's. */
 void rt_fault_kcalls(RtRun *r, int64_t s, int64_t *k);
+/* SHARDRT_FAULT_FLOPS=STEP[:RANK]: two matmul FLOPs more in step STEP's count on rank RANK (every rank without
+ * it), for the tests of the trainer's check of its matmul FLOPs against the plan's (log.c). */
+void rt_fault_flops(RtRun *r, int64_t s, uint64_t *flops);
 void rt_fault_after_log(RtRun *r, int64_t s, int64_t first);
 /* stop.c: SIGTERM / SIGUSR1 ask for a graceful stop (checkpoint, then exit RT_EXIT_STOPPED). */
 #define RT_EXIT_STOPPED 75 /* stopped on a signal after saving a checkpoint: resume it (EX_TEMPFAIL) */

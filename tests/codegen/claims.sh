@@ -9,7 +9,8 @@
 #   memory: the allocation is the plan's total (bytes); the parameters and the optimizer state the ranks
 #     hold (the tensor table) are the plan's classes exactly (under pp: the stage whose peak the plan's
 #     table is, the worst); the inputs are the class less its 64-byte alignment (under 64 B each).
-#   FLOPs: without pp, the matmuls a rank runs a step (counted in rt_matmul_*) are 7/8 of the plan's model
+#   FLOPs: every rank's matmul FLOPs a step (counted in rt_matmul_*) are its stage's in the plan (the cost model's
+#     matmul nodes, RtProgram.gemm_flop_plan: "as planned", no rank warning); without pp they are 7/8 of the plan's model
 #     FLOPs per rank (tiny: attention is 32768 of the 262144 a token), so the FLOPs per token the trainer's MFU
 #     divides by are the model's (pp x dp had 2.56x them: ir/flops.c, tests/report/flops.sh).
 #   kernel calls: every rank counts its step's kernel calls by class where the generated code makes them
@@ -46,6 +47,14 @@ kernels() {
   sed -n 's/^kernel calls per step (rank 0, step 1): \(.*\): as planned/\1/p' <<<"$line"
 }
 
+# flops NAME LOG: the matmul FLOPs every rank counted in its first step are its stage's in the plan (rank 0 says
+# "as planned", no rank warns)
+flops() {
+  grep -q '^matmul FLOPs a step (rank 0, step 1, counted): [0-9]* (as planned); ' "$2" &&
+    ! grep -q 'matmul FLOPs of step .* differ' "$2" ||
+    fail "$1: matmul FLOPs not as planned: $(grep -h 'matmul FLOPs' "$2")"
+}
+
 # check NAME NP DEFINES...
 check() {
   local name=$1 np=$2 plan="$t/$1.plan" log="$t/$1.log"
@@ -71,10 +80,11 @@ check() {
     want=$(awk '/^#   total / && $4 != "B" { print $3 }' "$plan")
     [ "$calls" = "$want" ] || fail "$name: rank 0 ran $calls collectives a step, the plan's table says $want"
   fi
+  flops "$name" "$log"
   if [ $pipeline = 0 ]; then
     local fl mm model
     fl=$(grep '^matmul FLOPs a step (rank 0' "$log") || fail "$name: no matmul FLOPs line"
-    mm=$(sed -n 's/.*counted): \([0-9]*\);.*/\1/p' <<<"$fl")
+    mm=$(sed -n 's/.*counted): \([0-9]*\) (as planned);.*/\1/p' <<<"$fl")
     model=$(sed -n 's/.*: \([0-9]*\)$/\1/p' <<<"$fl")
     [ -n "$mm" ] && [ $((mm * 8)) = $((model * 7)) ] || fail "$name: $fl (want the matmuls 7/8 of the model FLOPs)"
   fi
@@ -119,7 +129,8 @@ kernels_only() {
     fail "$name: the trainer failed: $(tail -5 "$log")"
   local kc
   kc=$(kernels "$name" "$plan" "$log") || fail "$kc"
-  printf '%-10s kernel calls %s as planned (%s kernels)\n' "$name" "$kc" "$kern"
+  flops "$name" "$log"
+  printf '%-10s kernel calls %s and matmul FLOPs as planned (%s kernels)\n' "$name" "$kc" "$kern"
 }
 
 check z3_accum 2 -D dp=2 -D zero=3 -D batch=32
@@ -165,6 +176,19 @@ SHARDRT_FAULT_KCALL=1:gemm "${mpi[@]}" -x SHARDRT_FAULT_KCALL -np 2 "$t/t_z3_acc
 grep -q "SHARDRT_FAULT_KCALL='1:gemm': expected STEP:CLASS\[:RANK\], CLASS one of GEMM, attention, bandwidth-bound" "$t/kbad.log" ||
   fail "SHARDRT_FAULT_KCALL=1:gemm: $(tail -3 "$t/kbad.log")"
 echo "a kernel call more: reported ($(grep -o 'attention: 9 call(s), planned 8' "$t/kcall.log"), on rank 1 only)"
+
+# two matmul FLOPs more than the plan's on rank 1: reported by rank 1 alone
+SHARDRT_FAULT_FLOPS=1:1 "${mpi[@]}" -x SHARDRT_FAULT_FLOPS -np 2 "$t/t_z3_accum" --data "$t/data.txt" --steps 1 \
+  --eval-every 0 --save-to '' </dev/null >"$t/flops.log" 2>&1 || fail "flops: the trainer failed: $(tail -5 "$t/flops.log")"
+grep -q '^matmul FLOPs a step (rank 0, step 1, counted): [0-9]* (as planned)' "$t/flops.log" &&
+  grep -q 'warning: rank 1: the matmul FLOPs of step 1 differ from the plan (pipeline stage 0): [0-9]* counted, planned [0-9]*$' "$t/flops.log" &&
+  ! grep -q 'warning: rank 0: the matmul FLOPs' "$t/flops.log" ||
+  fail "SHARDRT_FAULT_FLOPS=1:1 not reported: $(grep -i 'matmul FLOPs' "$t/flops.log")"
+SHARDRT_FAULT_FLOPS=1 "${mpi[@]}" -x SHARDRT_FAULT_FLOPS -np 2 "$t/t_z3_accum" --data "$t/data.txt" --steps 1 \
+  --eval-every 0 --save-to '' </dev/null >"$t/flops0.log" 2>&1 || fail "flops0: the trainer failed"
+grep -q '^matmul FLOPs a step (rank 0, step 1, counted): [0-9]* (NOT as planned: the plan.s [0-9]*)' "$t/flops0.log" ||
+  fail "SHARDRT_FAULT_FLOPS=1 on rank 0: $(grep -i 'matmul FLOPs' "$t/flops0.log")"
+echo "two matmul FLOPs more: reported ($(grep -o 'rank 1: the matmul FLOPs.*' "$t/flops.log"))"
 
 # the check fails where the runtime runs other collectives than the plan's
 SHARDRT_DP_COMM=member "${mpi[@]}" -np 2 "$t/t_z3_accum" --data "$t/data.txt" --steps 1 --eval-every 0 --save-to '' \
