@@ -1203,6 +1203,9 @@ static const RtTensor logits_tensor =
 static const int64_t kern_plan[] = { /* [stage][class]: kernel calls a step (passes/cost.c) */
   27, 6, 57,
 };
+static const double gemm_flop_plan[] = { /* [stage]: matmul FLOPs a step (passes/cost.c) */
+  352321536,
+};
 
 static const RtProgram program = {
   .model = "tiny",
@@ -1224,6 +1227,7 @@ static const RtProgram program = {
   .tensors = tensors,
   .kern_plan = kern_plan,
   .kern_plan_stages = 1,
+  .gemm_flop_plan = gemm_flop_plan,
   .logits_offset = 2740864,
   .logits_tensor = &logits_tensor,
   .recipe = {.optimizer = RT_OPT_ADAMW, .lr = 0.001, .min_lr = 0.0001, .lr_schedule = RT_LR_COSINE, .warmup = 20, .steps = 300, .seed = 1337u, .grad_clip = 1,

@@ -594,6 +594,9 @@ static const RtTensor tensors[] = {
 static const int64_t kern_plan[] = { /* [stage][class]: kernel calls a step (passes/cost.c) */
   27, 4, 89,
 };
+static const double gemm_flop_plan[] = { /* [stage]: matmul FLOPs a step (passes/cost.c) */
+  352321536,
+};
 
 static const RtProgram program = {
   .model = "tiny",
@@ -615,6 +618,7 @@ static const RtProgram program = {
   .tensors = tensors,
   .kern_plan = kern_plan,
   .kern_plan_stages = 1,
+  .gemm_flop_plan = gemm_flop_plan,
   .logits_offset = 3548288,
   .recipe = {.optimizer = RT_OPT_ADAMW, .lr = 0.001, .min_lr = 0.0001, .lr_schedule = RT_LR_COSINE, .warmup = 20, .steps = 300, .seed = 1337u, .grad_clip = 1,
              .data = "data/tiny/train.txt", .val = "data/tiny/val.txt", .ckpt_every = 100, .ckpt_dir = "ckpt/tiny", .ckpt_keep = 2},
