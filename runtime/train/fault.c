@@ -79,14 +79,7 @@ static void parse(RtRun *r) {
   F.parsed = 1;
   step_rank("SHARDRT_FAULT_SIGNAL", &F.sig_step, &F.sig_rank);
   step_rank("SHARDRT_FAULT_WAIT", &F.wait_step, &F.wait_rank);
-  const char *k = getenv("SHARDRT_FAULT_KILL");
-  if (k && *k) {
-    long long st;
-    int n = 0;
-    if (sscanf(k, "%lld%n", &st, &n) != 1 || st < 1 || rank_tail(k + n, &F.kill_rank))
-      rt_user_error("SHARDRT_FAULT_KILL='%s': expected STEP[:RANK]", k);
-    F.kill_step = st;
-  }
+  step_rank("SHARDRT_FAULT_KILL", &F.kill_step, &F.kill_rank);
   const char *kc = getenv("SHARDRT_FAULT_KCALL");
   if (kc && *kc) {
     long long st;
@@ -101,14 +94,7 @@ static void parse(RtRun *r) {
                     rt_kern_class_names[0], rt_kern_class_names[1], rt_kern_class_names[2]);
     F.kc_step = st;
   }
-  const char *fl = getenv("SHARDRT_FAULT_FLOPS");
-  if (fl && *fl) {
-    long long st;
-    int n = 0;
-    if (sscanf(fl, "%lld%n", &st, &n) != 1 || st < 1 || rank_tail(fl + n, &F.fl_rank))
-      rt_user_error("SHARDRT_FAULT_FLOPS='%s': expected STEP[:RANK]", fl);
-    F.fl_step = st;
-  }
+  step_rank("SHARDRT_FAULT_FLOPS", &F.fl_step, &F.fl_rank);
   const char *v = getenv("SHARDRT_FAULT_NAN");
   if (!v || !*v) return;
   char name[256];
