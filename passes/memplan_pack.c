@@ -223,6 +223,16 @@ static bool on_stage(const Interval *x, int s) {
   return x->stage == s || (!x->stage && x->set >> (s - 1) & 1);
 }
 
+/* Whether pack_in_order's index s (of 0..nst) holds interval x, and so whether x's placement reads it: under
+ * pipeline stages (nst > 0) each stage's index holds its own values and every rank's (these met on each stage),
+ * index 0 none, so a staged value reads one index, not two (GPT-3 175B pp 16: 855 of 66,548 intervals are every
+ * rank's, and index 0's tree has a leaf per start of all of them); without stages, index 0 holds everything. The
+ * placed intervals a value meets are the same either way, and a fit's offset depends on their blocks, not on
+ * which union holds them (first_fit). */
+static bool in_index(const Interval *x, int s, int nst) {
+  return !nst || (s && (on_stage(x, s) || on_stage(x, 0)));
+}
+
 /* The positions index s tells apart: the starts of the intervals it holds or is asked about (its
  * stage's and every rank's; index 0: all), ascending, once each. Two lifetimes meet when the later
  * start is at most the earlier end, so a start stands for itself (its rank here) and an end for
@@ -267,7 +277,7 @@ static void place(const Interval *iv, int lead, int64_t off, const int *first, c
     off_by[m] = at;
     if (at + y->bytes > *size) *size = at + y->bytes;
     for (int s = 0; s <= nst; s++)
-      if (on_stage(y, s))
+      if (in_index(y, s, nst))
         placed_add(pool, &by_stage[s], leaves[s], coords_at(&pos[s], y->start), coords_at(&pos[s], y->end), at,
                    at + y->bytes);
   }
@@ -289,7 +299,7 @@ static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bo
   Coords *pos = ARENA_ARRAY(a, Coords, nst + 1);
   int *leaves = ARENA_ARRAY(a, int, nst + 1), per = 8; /* per: unions one index gives a lifetime, at most */
   for (int s = 0; s <= nst; s++) {
-    pos[s] = coords_new(iv, n, s, a);
+    pos[s] = s || !nst ? coords_new(iv, n, s, a) : (Coords){NULL, 0}; /* (index 0 unused under stages) */
     int depth = 1;
     for (leaves[s] = 1; leaves[s] < pos[s].n; leaves[s] *= 2) depth++;
     if (4 * depth + 4 > per) per = 4 * depth + 4;
@@ -321,10 +331,9 @@ static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bo
       /* the placed intervals meeting x's lifetime, of the stages x meets: every rank's and its own
        * (an every-rank value: all) */
       const Interval *x = &iv[m];
-      bool every = on_stage(x, 0);
       int k0 = k;
       for (int s = 0; s <= nst; s++)
-        if (every || !s || on_stage(x, s))
+        if (in_index(x, s, nst))
           k = placed_meeting(&by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), meet, k);
       for (int q = k0; q < k; q++) um[q] = m;
     }
