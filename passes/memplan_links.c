@@ -187,7 +187,7 @@ static int64_t pack_links(Interval *iv, int n, Arena *a, int64_t *plain, int *ki
   for (int i = 0; i < n && !links; i++) links = iv[i].up;
   *kinds = 0, *pk = NULL;
   int forced = forced_links(); /* (read, and checked, once a process) */
-  if (!links) return memplan_pack_orders(iv, n, a, plain, NULL);
+  if (!links) return memplan_pack_orders(iv, n, a, plain, NULL, INT64_MAX);
   bool report = forced == -3;
   if (report) forced = -1;
   enum { TRIES = sizeof link_tries / sizeof *link_tries };
@@ -204,7 +204,13 @@ static int64_t pack_links(Interval *iv, int n, Arena *a, int64_t *plain, int *ki
       got[t] = got[same], pl[t] = pl[same], off[t] = off[same];
       continue;
     }
-    got[t] = memplan_pack_orders(iv, n, a, &pl[t], &fl);
+    /* (a try after the first gives up at the least arena so far: reaching it, it is neither the least, the first
+     * at it being earlier, nor the pick, which is the first within the slack of the least: got INT64_MAX) */
+    got[t] = memplan_pack_orders(iv, n, a, &pl[t], &fl, least < 0 || forced >= 0 ? INT64_MAX : least);
+    if (got[t] < 0) {
+      got[t] = INT64_MAX, pl[t] = 0, off[t] = NULL, tried++;
+      continue;
+    }
     off[t] = ARENA_ARRAY(a, int64_t, n + 1);
     for (int i = 0; i < n; i++) off[t][i] = iv[i].offset;
     if (least < 0 || got[t] < least) least = got[t];

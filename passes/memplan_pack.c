@@ -223,6 +223,16 @@ static bool on_stage(const Interval *x, int s) {
   return x->stage == s || (!x->stage && x->set >> (s - 1) & 1);
 }
 
+/* Whether pack_in_order's index s (of 0..nst) holds interval x, and so whether x's placement reads it: under
+ * pipeline stages (nst > 0) each stage's index holds its own values and every rank's (these met on each stage),
+ * index 0 none, so a staged value reads one index, not two (GPT-3 175B pp 16: 855 of 66,548 intervals are every
+ * rank's, and index 0's tree has a leaf per start of all of them); without stages, index 0 holds everything. The
+ * placed intervals a value meets are the same either way, and a fit's offset depends on their blocks, not on
+ * which union holds them (first_fit). */
+static bool in_index(const Interval *x, int s, int nst) {
+  return !nst || (s && (on_stage(x, s) || on_stage(x, 0)));
+}
+
 /* The positions index s tells apart: the starts of the intervals it holds or is asked about (its
  * stage's and every rank's; index 0: all), ascending, once each. Two lifetimes meet when the later
  * start is at most the earlier end, so a start stands for itself (its rank here) and an end for
@@ -267,7 +277,7 @@ static void place(const Interval *iv, int lead, int64_t off, const int *first, c
     off_by[m] = at;
     if (at + y->bytes > *size) *size = at + y->bytes;
     for (int s = 0; s <= nst; s++)
-      if (on_stage(y, s))
+      if (in_index(y, s, nst))
         placed_add(pool, &by_stage[s], leaves[s], coords_at(&pos[s], y->start), coords_at(&pos[s], y->end), at,
                    at + y->bytes);
   }
@@ -289,7 +299,7 @@ static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bo
   Coords *pos = ARENA_ARRAY(a, Coords, nst + 1);
   int *leaves = ARENA_ARRAY(a, int, nst + 1), per = 8; /* per: unions one index gives a lifetime, at most */
   for (int s = 0; s <= nst; s++) {
-    pos[s] = coords_new(iv, n, s, a);
+    pos[s] = s || !nst ? coords_new(iv, n, s, a) : (Coords){NULL, 0}; /* (index 0 unused under stages) */
     int depth = 1;
     for (leaves[s] = 1; leaves[s] < pos[s].n; leaves[s] *= 2) depth++;
     if (4 * depth + 4 > per) per = 4 * depth + 4;
@@ -321,10 +331,9 @@ static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bo
       /* the placed intervals meeting x's lifetime, of the stages x meets: every rank's and its own
        * (an every-rank value: all) */
       const Interval *x = &iv[m];
-      bool every = on_stage(x, 0);
       int k0 = k;
       for (int s = 0; s <= nst; s++)
-        if (every || !s || on_stage(x, s))
+        if (in_index(x, s, nst))
           k = placed_meeting(&by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), meet, k);
       for (int q = k0; q < k; q++) um[q] = m;
     }
@@ -417,6 +426,7 @@ typedef struct {
   int64_t floor, got[PACK_ORDERS]; /* (INT64_MAX: gave up at its limit) */
   int64_t limit[PACK_ORDERS]; /* the arena at which order h cannot be the pick: a finished order's (below h: its
                                  arena; above: one more, the pick being the first smallest) */
+  int64_t cap;      /* the arena at which every order gives up (INT64_MAX: none) */
   int64_t *off[PACK_ORDERS];
   int next, at_floor; /* the next order to take; the first order whose arena is the floor (PACK_ORDERS: none) */
   pthread_mutex_t mu;
@@ -430,8 +440,8 @@ static void *orders_worker(void *arg) {
     bool stop = how >= PACK_ORDERS || how > o->at_floor; /* (after an order at the floor: the sequential loop's end) */
     pthread_mutex_unlock(&o->mu);
     if (stop) return NULL;
-    /* (largest first never gives up: its arena is also the first's, *first) */
-    int64_t got = pack_order_into(o->iv, o->n, how, o->off[how], NULL, how ? &o->limit[how] : NULL);
+    /* (largest first gives up at the cap alone: its arena is also the first's, *first) */
+    int64_t got = pack_order_into(o->iv, o->n, how, o->off[how], NULL, how ? &o->limit[how] : &o->cap);
     pthread_mutex_lock(&o->mu);
     o->got[how] = got < 0 ? INT64_MAX : got;
     if (got == o->floor && how < o->at_floor) o->at_floor = how;
@@ -445,14 +455,16 @@ static void *orders_worker(void *arg) {
 
 /* The orders of memplan_pack_orders side by side on pack_jobs threads (a set over PACK_LOCAL_ARENA: each try's
  * memory its own). The orders up to the first at the floor are packed (some after it may be too, and are not
- * looked at), so the pick is the sequential loop's. The pick's offsets into best, its arena into *size, largest
- * first's arena into *first (a thread that does not start leaves its orders to the others). */
-static void orders_side_by_side(const Interval *iv, int n, int64_t floor, int64_t *best, int64_t *size,
+ * looked at), so the pick is the sequential loop's. Every order gives up once its arena reaches `cap` (INT64_MAX:
+ * never; an arena its caller has, or needs under: an order reaching it cannot be the pick). The pick's offsets
+ * into best, its arena into *size (INT64_MAX: every order gave up), largest first's arena into *first (INT64_MAX:
+ * it gave up; a thread that does not start leaves its orders to the others). */
+static void orders_side_by_side(const Interval *iv, int n, int64_t floor, int64_t cap, int64_t *best, int64_t *size,
                                 int64_t *first) {
-  Orders o = {.iv = iv, .n = n, .floor = floor, .at_floor = PACK_ORDERS};
+  Orders o = {.iv = iv, .n = n, .floor = floor, .cap = cap, .at_floor = PACK_ORDERS};
   for (int h = 0; h < PACK_ORDERS; h++) {
     o.got[h] = -1;
-    o.limit[h] = INT64_MAX;
+    o.limit[h] = cap;
     o.off[h] = malloc(((size_t)n + 1) * sizeof *o.off[h]);
     if (!o.off[h]) die("memplan: out of memory (%d intervals)", n);
   }
@@ -467,7 +479,7 @@ static void orders_side_by_side(const Interval *iv, int n, int64_t floor, int64_
   int pick = 0;
   for (int h = 1; h < PACK_ORDERS && h <= o.at_floor; h++)
     if (o.got[h] < o.got[pick]) pick = h;
-  memcpy(best, o.off[pick], (size_t)n * sizeof *best);
+  if (o.got[pick] < INT64_MAX) memcpy(best, o.off[pick], (size_t)n * sizeof *best);
   *size = o.got[pick];
   *first = o.got[0];
   for (int h = 0; h < PACK_ORDERS; h++) free(o.off[h]);
@@ -476,48 +488,55 @@ static void orders_side_by_side(const Interval *iv, int n, int64_t floor, int64_
 /* The packing orders tried, in turn, the first smallest arena kept: largest first (the plain
  * greedy), then the others; no more once an arena is down to the peak (no order does better).
  * Where a block's plain size differs, largest first over the plain sizes too (each block then in
- * a place at least its size). */
-int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64_t *floor_out) {
+ * a place at least its size). Each packing gives up once its arena reaches the least so far (it cannot be
+ * the pick) or `limit`; where every one reaches limit, -1 (iv's offsets and *plain untouched). */
+int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64_t *floor_out, int64_t limit) {
   int64_t *best = ARENA_ARRAY(a, int64_t, n + 1), size = -1, plain_size = -1;
   bool differs = false;
   for (int i = 0; i < n; i++) differs = differs || (iv[i].plain && iv[i].plain != iv[i].bytes);
   Arena local; /* (a large set's copy freed after) */
   arena_init(&local);
+  Interval *big = NULL; /* (differs: the intervals at their plain sizes) */
   if (differs) {
-    Interval *big = ARENA_ARRAY(n > PACK_LOCAL_ARENA ? &local : a, Interval, n + 1);
+    big = ARENA_ARRAY(n > PACK_LOCAL_ARENA ? &local : a, Interval, n + 1);
     for (int i = 0; i < n; i++) {
       big[i] = iv[i];
       if (big[i].plain) big[i].bytes = big[i].plain;
     }
-    size = plain_size = memplan_pack_order(big, n, PACK_LARGEST_FIRST, a);
-    for (int i = 0; i < n; i++) best[i] = big[i].offset;
+    size = plain_size = pack_order_limited(big, n, PACK_LARGEST_FIRST, a, &limit);
+    for (int i = 0; i < n && size >= 0; i++) best[i] = big[i].offset;
   }
   int64_t floor = memplan_pack_floor(iv, n, a);
   if (floor_out) *floor_out = floor;
   if (pack_jobs > 1 && n > PACK_LOCAL_ARENA && size != floor) {
     int64_t got, first;
     int64_t *off = ARENA_ARRAY(&local, int64_t, n + 1);
-    orders_side_by_side(iv, n, floor, off, &got, &first);
-    if (plain_size < 0) plain_size = first;
-    if (size < 0 || got < size) {
+    orders_side_by_side(iv, n, floor, size < 0 ? limit : size, off, &got, &first);
+    if (!differs && first < INT64_MAX) plain_size = first;
+    if (got < INT64_MAX && (size < 0 || got < size)) {
       size = got;
       memcpy(best, off, (size_t)n * sizeof *best);
     }
   } else
     for (int how = 0; how < PACK_ORDERS && size != floor; how++) {
       /* (an order gives up once its arena is the least so far: the first smallest is kept) */
-      int64_t got = pack_order_limited(iv, n, how, a, size < 0 ? NULL : &size);
+      int64_t cap = size < 0 ? limit : size;
+      int64_t got = pack_order_limited(iv, n, how, a, &cap);
       if (got < 0) continue;
-      if (plain_size < 0) plain_size = got; /* (how 0: largest first, the blocks their plain sizes) */
+      if (!how && !differs) plain_size = got; /* (largest first, the blocks their plain sizes) */
       if (size < 0 || got < size) {
         size = got;
         for (int i = 0; i < n; i++) best[i] = iv[i].offset;
       }
     }
+  if (size >= 0 && plain_size < 0) /* (the plain packing gave up at limit, an order did not: its arena, whole) */
+    plain_size = differs ? pack_order_limited(big, n, PACK_LARGEST_FIRST, a, NULL)
+                         : pack_order_into(iv, n, PACK_LARGEST_FIRST, ARENA_ARRAY(&local, int64_t, n + 1), a, NULL);
   arena_free(&local);
+  if (size < 0) return -1;
   for (int i = 0; i < n; i++) iv[i].offset = best[i];
-  if (plain) *plain = plain_size < 0 ? 0 : plain_size;
-  return size < 0 ? 0 : size;
+  if (plain) *plain = plain_size;
+  return size;
 }
 
 int64_t memplan_pack_fixed(const Interval *iv, int n, const int64_t *fixed, int how, int64_t *off, Arena *caller,

@@ -101,8 +101,10 @@ enum {
 int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a);
 /* The packing of memplan_pack without links (passes/memplan_links.c decides those: Interval.with, .delta as
  * they are): the smallest of the orders above, largest first over the plain sizes (that arena into *plain),
- * the peak (memplan_pack_floor) into *floor (NULL: not wanted). */
-int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64_t *floor);
+ * the peak (memplan_pack_floor) into *floor (NULL: not wanted). Where no order's arena is below limit
+ * (INT64_MAX: none), -1, the offsets and *plain untouched (each packing gives up there); else the same as
+ * without a limit. */
+int64_t memplan_pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64_t *floor, int64_t limit);
 /* Threads memplan_pack_orders may pack a large set's orders on (1, the default: one after another; at most
  * PACK_ORDERS): the driver gives its cores (main.c), a search's candidate, timed by CPU seconds, 1. The packing
  * is the same whatever the count. */

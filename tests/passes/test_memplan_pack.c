@@ -390,7 +390,7 @@ static void side_by_side(void) {
     int64_t first = memplan_pack_order(b, n, PACK_LARGEST_FIRST, &ar);
     memplan_pack_set_jobs(1);
     memcpy(b, a, (size_t)n * sizeof *a);
-    int64_t plain1 = 0, floor1 = 0, size1 = memplan_pack_orders(b, n, &ar, &plain1, &floor1);
+    int64_t plain1 = 0, floor1 = 0, size1 = memplan_pack_orders(b, n, &ar, &plain1, &floor1, INT64_MAX);
     later += r == 1 && size1 < first && size1 == floor1;
     at_floor += r == 2 && first == floor1;
     static const int jobs[] = {2, 4, 7};
@@ -398,7 +398,7 @@ static void side_by_side(void) {
       memplan_pack_set_jobs(jobs[j]);
       Interval *c = calloc((size_t)n, sizeof *c);
       memcpy(c, a, (size_t)n * sizeof *a);
-      int64_t plain = 0, floor = 0, size = memplan_pack_orders(c, n, &ar, &plain, &floor), differ = 0;
+      int64_t plain = 0, floor = 0, size = memplan_pack_orders(c, n, &ar, &plain, &floor, INT64_MAX), differ = 0;
       for (int i = 0; i < n; i++) differ += c[i].offset != b[i].offset;
       CHECK(size == size1 && plain == plain1 && floor == floor1 && !differ,
             "side by side, set %d (%d intervals), %d threads: arena %lld plain %lld floor %lld, one after another %lld "
@@ -415,6 +415,54 @@ static void side_by_side(void) {
         "the first order" : "not at the peak after the first order", at_floor ? "at the peak" : "not at the peak");
 }
 
+/* memplan_pack_orders with a limit (memplan_links.c: a link try after the first, at the least arena so far), one
+ * after another and side by side: at the unlimited arena or below, -1 with the offsets and *plain untouched;
+ * above it, the unlimited packing (arena, plain arena, offsets), also where the plain packing's arena is over the
+ * limit (it gives up, and is packed again for *plain). Random staged sets, a quarter of them with plain sizes. */
+static void limited(void) {
+  int between = 0;
+  for (int r = 0; r < 4; r++) {
+    int n = 4200 + rnd(500);
+    Interval *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+    static const int64_t sizes[] = {64, 128, 192, 256, 640, 1024, 4096};
+    for (int i = 0; i < n; i++) {
+      Interval *x = &a[i];
+      x->bytes = sizes[rnd(7)];
+      x->start = rnd(3000);
+      x->end = x->start + (rnd(4) ? rnd(16) : rnd(300));
+      if (rnd(10) >= 2) x->stage = 1 + rnd(4);
+      if (!rnd(4)) x->plain = x->bytes + 64 * (1 + rnd(8));
+    }
+    Arena ar;
+    arena_init(&ar);
+    for (int jobs = 1; jobs <= 2; jobs++) {
+      memplan_pack_set_jobs(jobs);
+      memcpy(b, a, (size_t)n * sizeof *a);
+      int64_t plain0 = 0, size0 = memplan_pack_orders(b, n, &ar, &plain0, NULL, INT64_MAX);
+      int64_t lims[] = {size0, size0 - 64, size0 + 1, plain0 > size0 + 1 ? (size0 + plain0) / 2 + 1 : size0 + 1};
+      between += jobs == 1 && plain0 > size0 + 1;
+      for (int l = 0; l < 4; l++) {
+        Interval *c = calloc((size_t)n, sizeof *c);
+        memcpy(c, a, (size_t)n * sizeof *a);
+        for (int i = 0; i < n; i++) c[i].offset = -7;
+        int64_t plain = -5, size = memplan_pack_orders(c, n, &ar, &plain, NULL, lims[l]), differ = 0;
+        bool over = lims[l] > size0;
+        for (int i = 0; i < n; i++) differ += c[i].offset != (over ? b[i].offset : -7);
+        CHECK(over ? size == size0 && plain == plain0 && !differ : size == -1 && plain == -5 && !differ,
+              "limited, set %d (%d intervals), %d thread(s), limit %lld: arena %lld plain %lld, unlimited %lld %lld; "
+              "%lld offsets %s", r, n, jobs, (long long)lims[l], (long long)size, (long long)plain, (long long)size0,
+              (long long)plain0, (long long)differ, over ? "not the unlimited packing's" : "written");
+        free(c);
+      }
+    }
+    memplan_pack_set_jobs(1);
+    arena_free(&ar);
+    free(a);
+    free(b);
+  }
+  CHECK(between > 0, "limited: no set's plain arena over its arena (the plain packing giving up alone untested)");
+}
+
 int main(void) {
   int round = 0;
   gap();
@@ -426,6 +474,7 @@ int main(void) {
   for (int r = 0; r < 40; r++) links(r);
   linked_case();
   side_by_side();
+  limited();
   if (failures) {
     fprintf(stderr, "test_memplan_pack: %d check(s) failed\n", failures);
     return 1;
