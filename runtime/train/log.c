@@ -298,11 +298,14 @@ static void coll_name(char *buf, size_t n, int g, int k) {
   snprintf(buf, n, "%s %s", rt_mesh_mask_name(rt_coll_row_mask(g)), rt_coll_kind_names[k]);
 }
 
+/* The row of a plan written per pipeline stage (stages rows; one without a pipeline) this rank checks against. */
+static int plan_row(const RtRun *r, int stages) { return stages > 1 ? rt_ctx_coord(&r->ctx, RT_AX_PP) : 0; }
+
 /* The first step's kernel calls by class against the plan's for this rank's pipeline stage (RtProgram.kern_plan):
  * rank 0 prints them, every rank warns of its differences. */
 static void log_kcalls(RtRun *r, const RtLoop *loop) {
   const RtProgram *p = r->p;
-  int stage = p->kern_plan_stages > 1 ? rt_ctx_coord(&r->ctx, RT_AX_PP) : 0;
+  int stage = plan_row(r, p->kern_plan_stages);
   const int64_t *plan = p->kern_plan && stage < p->kern_plan_stages ? p->kern_plan + (size_t)stage * RT_KC_COUNT : NULL;
   char diff[512] = "", by[256] = "";
   size_t len = 0, blen = 0;
@@ -330,7 +333,7 @@ void rt_log_colls(RtRun *r, const RtLoop *loop) {
   const RtProgram *p = r->p;
   if (loop->colls_step) log_kcalls(r, loop);
   if (loop->colls_step && !r->dev) { /* (a device program's GEMMs are the device's) */
-    int stage = p->kern_plan_stages > 1 ? rt_ctx_coord(&r->ctx, RT_AX_PP) : 0;
+    int stage = plan_row(r, p->kern_plan_stages);
     bool planned = p->gemm_flop_plan && stage < p->kern_plan_stages;
     double want = planned ? p->gemm_flop_plan[stage] : 0;
     bool same = planned && (double)loop->gemm_flops == want;
@@ -351,7 +354,7 @@ void rt_log_colls(RtRun *r, const RtLoop *loop) {
   int64_t calls = 0, bytes = 0;
   for (int g = 0; g < RT_CC_ROWS; g++)
     for (int k = 0; k < RT_CK_COUNT; k++) calls += c->count[g][k], bytes += c->bytes[g][k];
-  int stage = p->coll_plan_stages > 1 ? rt_ctx_coord(&r->ctx, RT_AX_PP) : 0;
+  int stage = plan_row(r, p->coll_plan_stages);
   const int64_t *plan = p->coll_plan && stage < p->coll_plan_stages
                             ? p->coll_plan + (size_t)stage * RT_CC_ROWS * RT_CK_COUNT * 2 : NULL;
   char diff[1024] = "";
