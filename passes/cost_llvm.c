@@ -1,6 +1,8 @@
 /* passes/cost_llvm.c — which nodes of a CPU trainer the LLVM-built kernels run (see cost_llvm.h). */
 #include "cost_llvm.h"
 
+/* The kinds of LLVM kernel, and whether the backend generates each (else the C kernel runs it). */
+enum { LLK_GEN_EW_RUN, LLK_GEN_EW_ONE, LLK_GEN_ADAMW, LLK_GEN_NORM, LLK_GEN_NORM_BWD, LLK_GEN_XENT, LLK_GEN_COUNT };
 static const bool GENERATE[LLK_GEN_COUNT] = {
     [LLK_GEN_EW_RUN] = true,   /* a fusion group of 2 or more members */
     [LLK_GEN_EW_ONE] = true,   /* one elementwise node */
@@ -9,8 +11,6 @@ static const bool GENERATE[LLK_GEN_COUNT] = {
     [LLK_GEN_NORM_BWD] = true, /* LayerNorm and RMSNorm backward */
     [LLK_GEN_XENT] = true,     /* cross-entropy: forward, backward, or both in one pass (passes/fuse_ce.c) */
 };
-
-bool llk_generates(LlkGen k) { return k >= 0 && k < LLK_GEN_COUNT && GENERATE[k]; }
 
 bool llk_index_of(const Shape *S, const Shape *X, LlkIndex *how, int64_t *inner) {
   int64_t n = ir_numel(S), nx = ir_numel(X);

@@ -22,11 +22,6 @@ typedef enum {
   LLK_COL,    /* the output's leading dims (a per-row value): [r] */
 } LlkIndex;
 
-/* The kinds of LLVM kernel (the rest of a node's work is the C kernels'). */
-typedef enum { LLK_GEN_EW_RUN, LLK_GEN_EW_ONE, LLK_GEN_ADAMW, LLK_GEN_NORM, LLK_GEN_NORM_BWD, LLK_GEN_XENT, LLK_GEN_COUNT } LlkGen;
-/* Whether the LLVM backend generates kind k (else the C kernel runs it). */
-bool llk_generates(LlkGen k);
-
 /* How the run reads an input of shape X for its output shape S: by the output's index, one element, by column
  * (X is S's trailing dims), by row (S's leading dims); *inner: the row length it implies (0: none). false when
  * X broadcasts in another way. */
