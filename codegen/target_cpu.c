@@ -124,10 +124,8 @@ static void emit_node(Cg *c, Node *n) {
     return;
   case OP_MATMUL: {
     const Shape *as = &x->shape, *bs = &n->in[1]->shape;
-    int ra = as->rank, rb = bs->rank;
-    int64_t m = a->ta ? as->dim[ra - 1] : as->dim[ra - 2], k = a->ta ? as->dim[ra - 2] : as->dim[ra - 1];
-    int64_t nn = a->tb ? bs->dim[rb - 2] : bs->dim[rb - 1];
-    int64_t batch = cg_prod(as, 0, ra - 2), bbatch = cg_prod(bs, 0, rb - 2);
+    IrGemm gd = ir_gemm_dims(a, as, bs); /* (cb: the leading dims in k) */
+    int64_t m = gd.m, k = gd.k, nn = gd.n, batch = gd.batch, bbatch = gd.b_batched ? cg_prod(bs, 0, bs->rank - 2) : 1;
     if (bbatch != 1 && bbatch != batch) return cg_unsupported(c, n, "matmul broadcasting B over part of A's batch dims");
     /* `precision bf16`: GEMMs on bf16-rounded inputs, f32 accumulation and activations (the CPU
      * target's mixed precision; runtime/ops/gemm_dnnl.c) */

@@ -71,20 +71,10 @@ static bool float_ok(Cg *c, const Node *n, const Value *v) {
 }
 
 /* The one GEMM (or strided batch) of a MATMUL: rt_cu_matmul's batch, m, n, k and b_batched. A [batch, m, k]
- * times a shared B folds the batch into the rows: one GEMM, not a batched one. */
-typedef struct {
-  int64_t batch, m, n, k;
-  bool b_batched;
-} GemmDims;
-
-static GemmDims gemm_dims(const Node *mm) {
-  const Shape *as = &mm->in[0]->shape, *bs = &mm->in[1]->shape;
-  int ra = as->rank, rb = bs->rank;
-  const Attrs *a = &mm->a;
-  GemmDims d = {.batch = cg_prod(as, 0, ra - 2), .m = a->ta ? as->dim[ra - 1] : as->dim[ra - 2],
-                .n = a->tb ? bs->dim[rb - 2] : bs->dim[rb - 1], .k = a->ta ? as->dim[ra - 2] : as->dim[ra - 1],
-                .b_batched = cg_prod(bs, 0, rb - 2) != 1};
-  if (!d.b_batched && d.batch > 1 && !a->ta) d.m *= d.batch, d.batch = 1;
+ * times a shared B folds the batch into the rows: one GEMM, not a batched one (and cb's leading dims are in k). */
+static IrGemm gemm_dims(const Node *mm) {
+  IrGemm d = ir_gemm_dims(&mm->a, &mm->in[0]->shape, &mm->in[1]->shape);
+  if (!d.b_batched && d.batch > 1 && !mm->a.ta) d.m *= d.batch, d.batch = 1;
   return d;
 }
 
@@ -130,7 +120,7 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
     if (!cg_runs(c, g, at[0])) return 0;
     const Node *gb = g->nodes[at[0]];
     bool bgrad = ne == 2 && cg_runs(c, g, at[1]);
-    GemmDims d = gemm_dims(mm);
+    IrGemm d = gemm_dims(mm);
     const char *call = arena_printf(
         c->a, "rt_cu_matmul_dgelu(ctx, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s)",
         gemm_where(c, mm), cg_ptr(c, gb->out[0]), cg_dtype_lit(gb->out[0]->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
@@ -170,7 +160,7 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
     else
       res = cg_ptr(c, f->in[0] == h ? f->in[1] : f->in[0]);
   }
-  GemmDims d = gemm_dims(mm);
+  IrGemm d = gemm_dims(mm);
   cg_line(c, "/* matmul + %s in one GEMM (epilogue) */",
           mm->a.epilogue == EPI_RESIDUAL ? "residual" : e == 1 ? "bias" : strcmp(aux, "NULL") ? "bias + GELU" : "bias + residual");
   cg_line(c, "if (!rt_cu_matmul_ep(ctx, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s, %s)) {",
@@ -269,7 +259,7 @@ static void emit_node(Cg *c, Node *n) {
     if (bbatch != 1 && bbatch != cg_prod(as, 0, as->rank - 2))
       return cg_unsupported(c, n, "matmul broadcasting B over part of A's batch dims");
     if (x->dtype != b->dtype) return cg_unsupported(c, n, "matmul of two dtypes (cast one first)");
-    GemmDims d = gemm_dims(n);
+    IrGemm d = gemm_dims(n);
     if (n->nin == 3) { /* y = C + AB, C = D and beta 1 (passes/gacc.c); C copied into y where it lives elsewhere */
       const char *yp = cg_ptr(c, y), *cp = cg_ptr(c, n->in[2]);
       if (strcmp(yp, cp) != 0) {
@@ -431,7 +421,7 @@ static int host_update_copy(Cg *c, Node *u) {
 
 /* Sibling GEMMs p and q (passes/hfuse.c: one A, two weights of one shape, outputs of one shape) as one launch. */
 static void emit_matmul_pair(Cg *c, Node *p, Node *q) {
-  GemmDims d = gemm_dims(p);
+  IrGemm d = gemm_dims(p);
   if (d.batch != 1) die("hfuse: a sibling pair with batch %" PRId64, d.batch);
   Value *x = p->in[0];
   cg_line(c, "rt_cu_matmul_pair(ctx, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d);",

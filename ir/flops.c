@@ -146,8 +146,7 @@ static bool mark_sends(Liveness *lv, const Graph *g, const RecvKeys *fed_by) {
 static double node_flops(const Module *m, const Node *n) {
   if (n->op == OP_MATMUL) {
     Shape a = ir_logical_shape(m, n->in[0]), y = ir_logical_shape(m, n->out[0]);
-    int64_t k = n->a.ta ? a.dim[a.rank - 2] : a.dim[a.rank - 1];
-    return 2.0 * (double)ir_numel(&y) * (double)k;
+    return ir_gemm_flops(&n->a, &a, &y);
   }
   if (n->op == OP_SDPA) {
     Shape q = ir_logical_shape(m, n->in[0]), k = ir_logical_shape(m, n->in[1]);

@@ -116,6 +116,14 @@ static bool infer_matmul(Node *n) {
   la.rank = ra - 2;
   lb.rank = rb - 2;
   int64_t da = 0, db = 0;
+  if (n->a.cb) { /* the leading dims contracted too: one [m, n] over the rows of both */
+    if (!n->a.ta || n->a.tb || ra < 3 || !ir_shape_eq(&la, &lb)) {
+      error_at(n->loc, "matmul: contracting the leading dims (cb) takes A^T @ B of one leading shape, not %s%s @ %s%s",
+               shp(a), n->a.ta ? "^T" : "", shp(b), n->a.tb ? "^T" : "");
+      return false;
+    }
+    la.rank = lb.rank = 0;
+  }
   if (!ir_broadcast(&la, &lb, &lead, &da, &db)) {
     error_at(n->loc, "matmul: leading dimensions cannot be broadcast: %s @ %s (%lld vs %lld)", shp(a),
              shp(b), (long long)da, (long long)db);

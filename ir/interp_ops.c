@@ -269,6 +269,11 @@ static bool ev_matmul(const Node *n, Tensor *const *x, Tensor *y) {
   Shape la = *A, lb = *B, lead;
   la.rank = ra - 2;
   lb.rank = rb - 2;
+  if (n->a.cb) { /* the leading dims contracted too: A^T B over the rows of both, [lead.., k] as one k (ta, not tb) */
+    if (!ir_shape_eq(&la, &lb)) return interp_error(n, "cb: the leading dims differ");
+    K *= ir_numel(&la);
+    la.rank = lb.rank = 0;
+  }
   if (!bcast_shape(&la, &lb, &lead)) return interp_error(n, "leading dims do not broadcast");
   int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK];
   bcast_strides(&la, &lead, sa);

@@ -42,6 +42,23 @@ bool ir_is_result(const Graph *g, const Value *v) {
   return false;
 }
 
+IrGemm ir_gemm_dims(const Attrs *at, const Shape *a, const Shape *b) {
+  int ra = a->rank, rb = b->rank;
+  IrGemm d = {.m = at->ta ? a->dim[ra - 1] : a->dim[ra - 2], .n = at->tb ? b->dim[rb - 2] : b->dim[rb - 1],
+              .k = at->ta ? a->dim[ra - 2] : a->dim[ra - 1], .batch = 1};
+  for (int i = 0; i < ra - 2; i++) d.batch *= a->dim[i];
+  for (int i = 0; i < rb - 2; i++) d.b_batched |= b->dim[i] != 1;
+  if (at->cb) d.k *= d.batch, d.batch = 1, d.b_batched = false;
+  return d;
+}
+
+double ir_gemm_flops(const Attrs *at, const Shape *a, const Shape *y) {
+  int64_t k = at->ta ? a->dim[a->rank - 2] : a->dim[a->rank - 1];
+  if (at->cb)
+    for (int i = 0; i < a->rank - 2; i++) k *= a->dim[i];
+  return 2.0 * (double)ir_numel(y) * (double)k;
+}
+
 bool ir_same_type(const Value *a, const Value *b) { return a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape); }
 
 bool ir_enters(const Node *n) { return n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT; }

@@ -165,6 +165,9 @@ typedef struct {
   int heads, kv_heads;    /* SDPA/ROPE */
   bool causal;            /* SDPA */
   bool ta, tb;            /* MATMUL transposes */
+  bool cb;                /* MATMUL: its leading dims are contracted too (ta, not tb, both operands [.., k, *] with
+                             one leading shape): y[m, n] = sum over them of A^T B, one GEMM over the rows of both
+                             (a weight's gradient whose tokens are split over cp; ir_gemm_dims) */
   bool inverse;           /* ROPE */
   double eps;             /* norms, AdamW */
   double scalar;          /* CONST/SCALE/ADD_SCALAR */
@@ -206,6 +209,16 @@ typedef struct {
   bool sumsq_fused;       /* SUMSQ and the CONCAT its reshape to [1] feeds (CUDA target, passes/fuse_sumsq.c): the
                              concat's kernel computes its members' sums of squares straight into its elements */
 } Attrs;
+
+/* A MATMUL over A of shape a and B of shape b (attrs at) as GEMMs: a batch of [m, k] x [k, n] products (B
+ * batched or shared by all), k with the leading dims folded in when at->cb (then batch 1). ir/ir.c. */
+typedef struct {
+  int64_t batch, m, n, k;
+  bool b_batched;
+} IrGemm;
+IrGemm ir_gemm_dims(const Attrs *at, const Shape *a, const Shape *b);
+/* Its multiply-adds x 2 (y: the result's shape) */
+double ir_gemm_flops(const Attrs *at, const Shape *a, const Shape *y);
 
 struct Node {
   OpKind op;

@@ -159,6 +159,7 @@ static void put_attrs(Buf *b, const Node *n) {
   case OP_SUMSQ: if (a->sumsq_fused) bprintf(b, "  sumsq_fused"); break;
   case OP_MATMUL:
     bprintf(b, "  ta=%d tb=%d", a->ta, a->tb);
+    if (a->cb) bprintf(b, " cb"); /* the leading dims contracted too (a weight's gradient under cp) */
     if (a->epilogue) bprintf(b, " epilogue=%d", a->epilogue); /* CUDA target (passes/epilogue.c) */
     if (a->hfuse) bprintf(b, " hfuse=%d", a->hfuse);          /* CUDA target (passes/hfuse.c) */
     break;

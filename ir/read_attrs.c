@@ -324,7 +324,7 @@ bool rd_apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
     break;
   case OP_SUMSQ: ok = attr_flag(al, "sumsq_fused", &a->sumsq_fused); break;
   case OP_MATMUL:
-    ok = attr_bool(r, al, "ta", &a->ta) && attr_bool(r, al, "tb", &a->tb) && attr_int(r, al, "epilogue", &a->epilogue, 0, 5) &&
+    ok = attr_bool(r, al, "ta", &a->ta) && attr_bool(r, al, "tb", &a->tb) && attr_flag(al, "cb", &a->cb) && attr_int(r, al, "epilogue", &a->epilogue, 0, 5) &&
          attr_int(r, al, "hfuse", &a->hfuse, 0, 2);
     break;
   case OP_LAYERNORM: case OP_RMSNORM: ok = attr_f64(r, al, "eps", &a->eps); break;

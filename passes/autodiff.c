@@ -188,6 +188,17 @@ static Value *e_transpose(Ctx *c, Value *x, SrcLoc loc) {
   return e_shaped(c, OP_TRANSPOSE, x, s, NULL, loc);
 }
 
+/* a^T b contracting the leading dims too (a [.., k, m], b [.., k, n] -> [m, n]: Attrs.cb) */
+static Value *e_matmul_cb(Ctx *c, Value *a, Value *b, SrcLoc loc) {
+  const Shape *sa = &a->shape, *sb = &b->shape;
+  Shape s = ir_shape(2, (int64_t[]){sa->dim[sa->rank - 1], sb->dim[sb->rank - 1]});
+  s.sym[0] = sa->sym[sa->rank - 1];
+  s.sym[1] = sb->sym[sb->rank - 1];
+  Value *in[2] = {a, b};
+  Attrs at = {.ta = true, .cb = true};
+  return emit(c, OP_MATMUL, 2, in, a->dtype, s, &at, loc);
+}
+
 static Value *e_matmul(Ctx *c, Value *a, Value *b, bool ta, bool tb, SrcLoc loc) {
   const Shape *sa = &a->shape, *sb = &b->shape;
   Shape la = *sa, lb = *sb;
@@ -368,11 +379,13 @@ static void backward_matmul(Ctx *c, Node *n, Value *dy) {
   }
   if (need_of(c, B)) {
     Value *dB, *a = imp(c, A);
-    /* Under context parallelism the sequence dim is split over cp (zigzag): folding it into the
-     * batch would gather it; the per-batch products keep it split (the gradient is a partial sum
-     * over cp) at the cost of a [batch, k, n] temporary (micro-batches of long sequences are small). */
+    /* Under context parallelism the sequence dim is split over cp (zigzag): a reshape folding it into the
+     * batch would gather it. The matmul contracts the leading dims itself there (cb: the same one GEMM over
+     * the rows, a partial sum over dp and cp), not one product per sequence and their sum. */
     bool cp = c->m->mesh && c->m->mesh->dim[RT_AX_CP] > 1;
-    if (rb == 2 && ra > 2 && !ta && !cp) {
+    if (rb == 2 && ra > 2 && !ta && cp) {
+      dB = tb ? e_matmul_cb(c, dy, a, L) : e_matmul_cb(c, a, dy, L);
+    } else if (rb == 2 && ra > 2 && !ta) {
       /* B is shared by every batch: fold the batch dims, one [P*m, k]^T [P*m, n] product. */
       int64_t P = ir_numel(&A->shape) / A->shape.dim[ra - 1];
       Shape s2 = ir_shape(2, (int64_t[]){P, A->shape.dim[ra - 1]});

@@ -131,9 +131,7 @@ static double attn_flops(const Module *m, const Node *n, double *scores) {
 }
 
 double cost_gemm_flop(const Node *n) {
-  const Shape *a = &n->in[0]->shape;
-  int64_t k = n->a.ta ? a->dim[a->rank - 2] : a->dim[a->rank - 1];
-  return 2.0 * (double)ir_numel(&n->out[0]->shape) * (double)k;
+  return ir_gemm_flops(&n->a, &n->in[0]->shape, &n->out[0]->shape);
 }
 
 /* Whether x is y's leading dims (trailing 1s aside): a per-row value. */

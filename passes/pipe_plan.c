@@ -18,11 +18,7 @@ static double local_flops(const Node *n) {
     for (int i = 0; i < n->body->nnodes; i++) t += local_flops(n->body->nodes[i]);
     return (n->op == OP_REPEAT ? (double)n->a.count : 1.0) * t;
   }
-  if (n->op == OP_MATMUL) {
-    const Shape *a = &n->in[0]->shape;
-    int64_t k = n->a.ta ? a->dim[a->rank - 2] : a->dim[a->rank - 1];
-    return 2.0 * (double)ir_numel(&n->out[0]->shape) * (double)k;
-  }
+  if (n->op == OP_MATMUL) return ir_gemm_flops(&n->a, &n->in[0]->shape, &n->out[0]->shape);
   if (n->op == OP_SDPA || n->op == OP_SDPA_BWD) { /* QK^T and AV; the backward about twice that */
     const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
     double f = 4.0 * (double)q->dim[0] * (double)q->dim[1] * (double)k->dim[1] * (double)q->dim[2];

@@ -83,6 +83,16 @@ static double zb_unheld(const PlanEstimate *e, double lst) {
   return e->zbw_layers > 0 && lst > e->zbw_layers ? (lst - e->zbw_layers) / lst : 0;
 }
 
+/* cp ring (pp 1): the blocks in flight in a layer's backward beside what cp 1 holds there, K and V received and dK
+ * and dV travelling back: 4 hidden states of the micro-batch's local tokens (unit), / tp (their heads split; GQA's
+ * are fewer: taken as MHA's). The compiled peak moves into that backward (tiny dp 2 cp 2 mb 16 on 4 CPU ranks
+ * against dp 4 mb 8, the same tokens a rank: +3.0 units rc none, +4.1 selective, +4.0 full; at cp 4 +5, +4.1 and
+ * +12: full recompute's forward again keeps every hop's K and V, not modelled). all2all (Ulysses): its head-split
+ * attention holds no more than cp 1's (-1.9, +2.1, 0): 0. */
+static double cp_ring_ws(const Module *base, const PlanCand *c, double unit) {
+  return c->cp > 1 && base->plan.cp_mode == CP_RING ? 4 * unit / c->tp : 0;
+}
+
 static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
                      bool defer, int hold, PlanEstimate *e, double *stage_tot) {
   memset(e, 0, sizeof *e);
@@ -123,10 +133,6 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double none_l = unit * (c->sp || tp == 1 ? none_act_units(pm) / tp /* (rc none's: what a layer's backward reads) */
                                           : none_act_units(pm) / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
   double head = tok * (pm->vocab / tp * 4 + 2 * d * cb);         /* the logits in f32, the final norm */
-  /* cp: the head's weight gradient one per sequence before their sum (cp_wgrads), made after the loss's
-   * gradient has read the logits: beside their gradient in the compute precision, not the logits */
-  double hwg = cp_wgrads(pm, c, true);
-  if (hwg > 0) head = fmax(head, tok * (pm->vocab / tp + 2 * d) * cb + hwg);
   double copies = cb < 4 ? p_other / 2 : 0;                      /* the compute-precision copy of the embeddings */
   double gather = c->zero >= 3 ? 2 * p_layer * cb / 4 : 0;       /* ZeRO-3: a layer gathered, the next prefetched */
   /* ---- compute (the last stage: its layers and the head) per step ---- */
@@ -438,12 +444,13 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   } else if (c->zero >= 3) { /* the loss's peak or the backward's first layer's, not both (plan_model_zero.c) */
     bool at_loss;
     double lgrad = e->cls[MEM_GRAD] - p_rank / zd2, headg = pm->pe_split[1] / tp + pm->pe_rep[1];
-    e->cls[MEM_ACT] = per_layer * lst + zero3_pp1_peak(pm, c, unit, none_l, per_layer, head, headg, gather, lgrad, &at_loss);
+    e->cls[MEM_ACT] = per_layer * lst + zero3_pp1_peak(pm, c, unit, none_l, per_layer, cp_ring_ws(base, c, unit), head, headg,
+                                                       gather, lgrad, &at_loss);
     if (at_loss) e->cls[MEM_GRAD] -= lgrad;
   } else {
     /* without the persistent copies under bf16 (zero < 3): one layer's weights cast at a time (passes/wcast.c) */
     double wcast = cb < 4 && !persistent && c->zero < 3 && base->target == TARGET_CUDA ? p_layer * cb / 4 : 0;
-    e->cls[MEM_ACT] = per_layer * lst + head + copies + gather + wcast;
+    e->cls[MEM_ACT] = per_layer * lst + head + copies + gather + wcast + cp_ring_ws(base, c, unit);
   }
   e->cls[MEM_INPUT] = 2.0 * 4 * tok * (c->pp > 1 ? accum : 1);
 

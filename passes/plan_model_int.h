@@ -104,13 +104,10 @@ bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, 
  * stage's F (*f0) and its gradient's scatter after its B (*b0). */
 void zero3_pp_edges(const PlanModel *pm, const struct PlanCand *c, int n, double bw, double lat, double *f0, double *b0,
                     double *fl);
-/* cp: the bytes of the weight gradients made one per sequence before their sum, the head's (head) or a layer's
- * largest matrix's; 0 without cp (plan_model_zero.c). */
-double cp_wgrads(const PlanModel *pm, const struct PlanCand *c, bool head);
 /* pp 1 under ZeRO-3: the peak's bytes beside the layers' stacks, the loss's or the backward's first layer's
  * (plan_model_zero.c says which are counted). */
-double zero3_pp1_peak(const PlanModel *pm, const struct PlanCand *c, double unit, double none_l, double kept_l, double head,
-                      double headg, double gather, double lgrad, bool *at_loss);
+double zero3_pp1_peak(const PlanModel *pm, const struct PlanCand *c, double unit, double none_l, double kept_l, double ring,
+                      double head, double headg, double gather, double lgrad, bool *at_loss);
 /* A backward layer loop's iteration stalled on its layer's gradient reduce-scatters (pp 1's loop and the
  * stages' B, zb: W, loops): the seconds beyond its compute b. */
 double scatter_stall(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c, int n, double bw,

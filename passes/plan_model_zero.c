@@ -174,23 +174,6 @@ void zero3_pp_edges(const PlanModel *pm, const PlanCand *c, int n, double bw, do
   *f0 = g, *b0 = s, *fl = 2 * g + s;
 }
 
-/* cp: a weight gradient's GEMM contracts the tokens, whose sequence dimension cp splits (zigzag), apart from
- * the batch, so it makes one gradient per sequence of the micro-batch, [mb, out, in] in the compute precision,
- * then sums them (`--dump-ir=after:memplan`: a matmul's `P(cp)` result, then its reduce_sum). The bytes of the
- * largest such transient: the head's (mb x [vocab / tp, d]: at the loss, beside every layer's activations)
- * or a layer's largest matrix's (mb x its elements on a rank: in the backward's layer). 0 without cp.
- * Compiled, tiny dp 2 cp 2 mb 16 on 4 CPU ranks: f32[16, 256, 64] at the loss, 1 MiB of the peak's 7.1
- * (z1 and z2; the model without it had 5.9, 0.83 of it); z3's in the backward's first layer, the MLP's
- * f32[16, 256, 64] (7.2 compiled, 6.3 without it, 0.88). */
-double cp_wgrads(const PlanModel *pm, const PlanCand *c, bool head) {
-  if (c->cp <= 1) return 0;
-  double big = 0;
-  if (head) big = pm->vocab / c->tp * pm->d;
-  for (int i = 0; !head && i < pm->nlt; i++)
-    if (pm->lt[i].mat) big = fmax(big, pm->lt[i].numel / (pm->lt[i].split ? c->tp : 1));
-  return c->mb * big * pm->cb;
-}
-
 /* pp 1 under ZeRO-3: the step's peak is at the loss or in the backward's first layer, the layers' stacks under
  * both, the rest not (the compiled peaks, docs/planner.md "pp 1 under ZeRO-3: the loss or the backward's first
  * layer"):
@@ -205,15 +188,15 @@ double cp_wgrads(const PlanModel *pm, const PlanCand *c, bool head) {
  *     recomputed, the gradient of the product alone (first) where it is, the peak then just after the recompute
  *     — and under sp the two whole hidden states around the tp regions (the gathered input, the input gradient
  *     before its scatter; without sp the replicated part of none_l has them).
- * unit: a hidden state of the micro-batch; none_l, kept_l: a layer's activations on a rank without recompute and
+ * unit: a hidden state of the micro-batch; ring: cp's ring blocks in the layer's backward (cp_ring_ws); none_l, kept_l: a layer's activations on a rank without recompute and
  * as the plan keeps them (bytes). Returns the bytes beside the stacks; *at_loss: the peak is the loss's (the
  * caller leaves lgrad out of the gradients). Compiled: Llama-3-8B dp 2048 tp 1 rc none mb 2 at the loss (69632
  * MiB of stacks, 2 x 4008 of logits; its backward body 3152: 4 x 448 of the MLP's, 416 gathered, 832 of f32
  * gradients); Llama-3-405B dp 1024 tp 2 rc full mb 1 in the backward's first layer (32256 of stacks, the head's
  * 4008, a body of 13077: 3936 of activations, 15.4 units, here 8.94 + 3.25). Not found (no layer tensors): a
  * GPT's first 4. */
-double zero3_pp1_peak(const PlanModel *pm, const PlanCand *c, double unit, double none_l, double kept_l, double head,
-                      double headg, double gather, double lgrad, bool *at_loss) {
+double zero3_pp1_peak(const PlanModel *pm, const PlanCand *c, double unit, double none_l, double kept_l, double ring,
+                      double head, double headg, double gather, double lgrad, bool *at_loss) {
   double tp = c->tp, first = 0;
   for (int i = 0; pm->d > 0 && i < pm->nlt; i++) {
     const PlanLayerTensor *t = &pm->lt[i];
@@ -221,8 +204,7 @@ double zero3_pp1_peak(const PlanModel *pm, const PlanCand *c, double unit, doubl
   }
   if (first <= 0) first = 4; /* (not found: a GPT's) */
   double ws = fmax(0, none_l - kept_l) + unit * ((c->rec == RECOMPUTE_FULL ? 1 : 2) * first / tp + (c->sp && tp > 1 ? 2 * (1 - 1 / tp) : 0));
-  ws += cp_wgrads(pm, c, false); /* (cp: the MLP's weight gradients, one per sequence before their sum) */
-  double b1 = headg + gather + lgrad + ws;
+  double b1 = headg + gather + lgrad + ws + ring; /* (cp ring: its blocks in flight, cp_ring_ws) */
   *at_loss = head >= b1;
   return *at_loss ? head : b1 - lgrad;
 }

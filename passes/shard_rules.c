@@ -155,11 +155,11 @@ void shard_rule_matmul(Sh *s, Node *n) {
   }
   ta.split[ak] = tb.split[bk] = (int8_t)kx;
   ta.blocks[ak] = tb.blocks[bk] = (uint8_t)(kx >= 0 ? kbl : 0);
-  /* output dims: A's leading and m, B's n; an axis used twice gathers A's dim */
+  /* output dims: A's leading (but where cb contracts them) and m, B's n; an axis used twice gathers A's dim */
   Sharding out = shard_repl();
   int r = o->shape.rank;
-  int lead = A->shape.rank - 2;
-  for (int d = 0; d < lead; d++) {
+  int lead = A->shape.rank - 2, olead = n->a.cb ? 0 : lead;
+  for (int d = 0; d < olead; d++) {
     out.split[d] = ta.split[d];
     out.blocks[d] = ta.blocks[d];
   }
@@ -169,7 +169,7 @@ void shard_rule_matmul(Sh *s, Node *n) {
   if (na >= 0) {
     for (int d = 0; d < r - 1; d++)
       if (out.split[d] == na) {
-        int ad = d < lead ? d : am;
+        int ad = d < olead ? d : am;
         ta.split[ad] = -1;
         ta.blocks[ad] = 0;
         out.split[d] = -1;
@@ -184,22 +184,36 @@ void shard_rule_matmul(Sh *s, Node *n) {
   if (kx >= 0)
     for (int d = 0; d < r - 1; d++)
       if (out.split[d] == kx) { /* the k axis also splits A's rows: gather those */
-        int ad = d < lead ? d : am;
+        int ad = d < olead ? d : am;
         ta.split[ad] = -1;
         out.split[d] = -1;
       }
   out.split[r - 1] = tb.split[bn];
   out.blocks[r - 1] = tb.blocks[bn];
+  /* cb: the leading dims are contracted like k: an axis splitting one of them makes the result a partial sum over
+   * it, unless it also splits m, n or k (then that leading dim is gathered) */
+  unsigned summed = kx >= 0 ? 1u << kx : 0;
+  for (int d = 0; d < lead && n->a.cb; d++) {
+    int ax = ta.split[d];
+    if (ax >= 0 && (ax == kx || ax == ta.split[am] || ax == tb.split[bn] || (summed & (1u << ax)))) {
+      ta.split[d] = -1;
+      ta.blocks[d] = 0;
+      ta.inner[d] = -1;
+    }
+    if (ta.split[d] >= 0) summed |= 1u << ta.split[d];
+    if (ta.split[d] >= 0 && ta.inner[d] >= 0) summed |= 1u << ta.inner[d];
+  }
   /* B's own leading dims (batched matmuls) follow A's */
   int blead = B->shape.rank - 2;
   for (int d = 0; d < blead; d++) {
     int od = lead - blead + d;
     tb.split[d] = od >= 0 ? ta.split[od] : -1;
     tb.blocks[d] = od >= 0 ? ta.blocks[od] : 0;
+    if (n->a.cb) tb.inner[d] = ta.inner[d];
   }
   ta.partial = A->sharding.partial;
   tb.partial = B->sharding.partial;
-  if (kx >= 0 && (ta.partial | tb.partial) & (1u << kx)) { /* a partial over the k axis cannot stay */
+  if ((ta.partial | tb.partial) & summed) { /* a partial over a contracted dim's axis cannot stay */
     A = shard_settle(s, A);
     B = shard_settle(s, B);
     ta.partial = A->sharding.partial;
@@ -207,8 +221,8 @@ void shard_rule_matmul(Sh *s, Node *n) {
   }
   n->in[0] = shard_redist(s, A, ta);
   n->in[1] = shard_redist(s, B, tb);
-  out.partial = (uint8_t)(ta.partial | tb.partial | (kx >= 0 ? 1u << kx : 0));
-  for (int d = 0; d < lead; d++) shard_copy_roles(s, o, d, A, d);
+  out.partial = (uint8_t)(ta.partial | tb.partial | summed);
+  for (int d = 0; d < olead; d++) shard_copy_roles(s, o, d, A, d);
   shard_copy_roles(s, o, r - 2, A, am);
   shard_copy_roles(s, o, r - 1, B, bn);
   shard_set_out(s, n, 0, out);
