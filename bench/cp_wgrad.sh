@@ -7,8 +7,8 @@
 #   bench/cp_wgrad.sh NEW_SHARDC OLD_SHARDC [STEPS] [ROUNDS]
 # Models (2 ranks, cp 2, 1 compute thread each):
 #   tiny     models/tiny.model, micro-batch 16 (16 x 64 tokens a step, vocab 256, d 64)
-#   llama    models/llama3-8b.model shrunk: vocab 2048, d 256, 2 layers, GQA 4 / 2, SwiGLU 512, seq 256,
-#            micro-batch 8 (the head's per-sequence gradient: 8 x [2048, 256] f32, 16 MiB)
+#   llama    models/llama3-8b.model shrunk: vocab 256 (bytes), d 256, 2 layers, GQA 4 / 2, SwiGLU 512, seq 256,
+#            micro-batch 8 (a layer's per-sequence SwiGLU gradient: 8 x [256, 512] f32, 4 MiB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 new=${1:?usage: bench/cp_wgrad.sh NEW_SHARDC OLD_SHARDC [STEPS] [ROUNDS]}
@@ -21,7 +21,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 bash scripts/gen_corpus.sh "$t/data.txt" 400000 3 >/dev/null
 declare -A args
 args[tiny]="models/tiny.model -D dp=1 -D cp=2 -D micro_batch=16 -D zero=0 -D recompute=none"
-args[llama]="models/llama3-8b.model -D vocab=2048 -D seq=256 -D d=256 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=512
+args[llama]="models/llama3-8b.model -D vocab=256 -D seq=256 -D d=256 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=512
   -D batch=8 -D micro_batch=8 -D dp=1 -D cp=2 -D tp=1 -D sp=off -D zero=0 -D recompute=none -D precision=f32"
 peak() { "$1" plan ${args[$2]} --world 2 --bytes 2>/dev/null | awk '/^#   peak /{ printf "%.2f", $3 / 1048576 }'; }
 for m in tiny llama; do
