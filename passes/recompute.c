@@ -80,6 +80,7 @@ typedef struct {
   PtrMap *bmemo; /* ... and that loop's memo (F-body value -> its value in Bsrc's body) */
   int held;      /* ... the values W takes from Bsrc, held from B to W */
   int64_t held_bytes; /* ... their bytes, all the loop's layers */
+  int hop_next;  /* full under cp ring: F's body positions before this one have their ring hops in B (ring_hops) */
 } Rc;
 
 /* ---- repeat signature edits --------------------------------------------------------- */
@@ -226,8 +227,16 @@ static bool moves_rows(OpKind op) {
   }
 }
 
-/* Whether the output of n is recomputed in the backward (else kept as a residual). */
+/* A send or receive of cp's ring attention (passes/shard_cp.c: K, V and their positions one hop on). */
+static bool ring_hop(const Node *n) {
+  return (n->op == OP_SEND || n->op == OP_RECV) && n->a.mesh_axis == RT_AX_CP;
+}
+
+/* Whether the output of n is recomputed in the backward (else kept as a residual). Full recompute passes the
+ * ring's K and V around again (as Megatron's does under cp), rather than keep every hop's: 2 (cp - 1) of them a
+ * layer beside its input. */
 static bool recomputed(const Rc *r, const Node *n) {
+  if (n->op == OP_RECV && ring_hop(n) && r->kind == RECOMPUTE_FULL) return true;
   if (n->body || n->op == OP_SEND || n->op == OP_RECV || (ir_ops[n->op].flags & F_SOURCE)) return false;
   intptr_t one;
   if (ptrmap_get((PtrMap *)&r->cols, n, &one)) return true;
@@ -317,8 +326,45 @@ static Value *from_b(Rc *r, Value *v) {
   return clone(r, v);
 }
 
+static int position(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  die("recompute: a node not in its graph");
+}
+
+/* Full recompute under cp ring: F's ring hops before F-body position `upto`, in F's order, into B's body (each
+ * send's input materialized first): a block's clone is preceded by the hops F issues before it — the next
+ * block's among them, so its transfer runs while this block computes, as in F — and every rank sends and
+ * receives the same hops in the same order (their tags are F's: a backward ring reuses them so too). */
+static void ring_hops(Rc *r, int upto) {
+  while (r->hop_next < upto) {
+    Node *n = r->fb->nodes[r->hop_next++];
+    if (!ring_hop(n)) continue;
+    if (n->op == OP_SEND) {
+      Value *x = materialize(r, n->in[0]);
+      ir_node_new(r->bb, OP_SEND, 1, &x, 0, n->loc)->a = n->a;
+      continue;
+    }
+    Node *c = ir_node_new(r->bb, OP_RECV, 0, NULL, 1, n->loc);
+    c->a = n->a;
+    Value *o = c->out[0], *f = n->out[0];
+    o->dtype = f->dtype;
+    o->shape = f->shape;
+    o->sharding = f->sharding;
+    o->name = f->name;
+    o->offset = -1;
+    ptrmap_put(&r->memo, f, (intptr_t)o);
+  }
+}
+
 static Value *clone(Rc *r, Value *v) {
   Node *d = v->def;
+  if (ring_hop(d) || ((d->op == OP_ATTN_BLOCK) && r->kind == RECOMPUTE_FULL)) {
+    ring_hops(r, position(r->fb, d) + (d->op == OP_RECV));
+    intptr_t got;
+    if (d->op == OP_RECV && ptrmap_get(&r->memo, v, &got)) return (Value *)got;
+    if (d->op == OP_RECV) die("recompute: a ring hop's receive not met in its forward");
+  }
   Value **in = ARENA_ARRAY(r->bb->arena, Value *, d->nin + 1);
   for (int j = 0; j < d->nin; j++) in[j] = materialize(r, d->in[j]);
   Node *c = ir_node_new(r->bb, d->op, d->nin, in, d->nout, d->loc);

@@ -10,7 +10,8 @@
 #   and of the Llama (cp_mode all2all, zb, 2 micro-batches): each stage's layers run their ring (or
 #   all-to-alls) among the stage's cp ranks; cp=2 x tp=2 + sp of the Llama (ring; all2all with 8
 #   heads / 4 kv heads): each cp rank's sequence split again over tp between the tp blocks (its
-#   step-10 checkpoint resumes on one rank with the uninterrupted step-11 loss). 20 AdamW
+#   step-10 checkpoint resumes on one rank with the uninterrupted step-11 loss); cp=4 of the Llama under
+#   recompute full (the ring run again in the backward). 20 AdamW
 #   steps, every loss within 1e-5 of the single rank's (lib.sh's tolerance, justified in layouts.sh;
 #   cp.sh says why cp reorders fp32 sums).
 set -euo pipefail
@@ -110,6 +111,11 @@ resume_on_one "cp2 x tp2 + sp" 4 "$t/cp2tp2sp" "$t/cp2tp2sp.jsonl" "$t/one"
 "$shardc" build "${m8[@]}" -D tp=2 -D cp=2 -D cp_mode=all2all --world 4 -o "$t/cp2tp2spa" 2>/dev/null
 "${mpi[@]}" -np 4 "$t/cp2tp2spa" "${run[@]}" --log "$t/cp2tp2spa.jsonl" >/dev/null
 compare "llama 8/4 heads cp2 x tp2 + sp all2all" "$t/cp2tp2spa.jsonl" "$t/one8.jsonl"
+# full recompute under cp 4 (ring): the backward loop passes the forward's K and V around the ring again (3 hops,
+# in the forward's order) rather than keep them (passes/recompute.c ring_hops); the Llama above on 4 ranks
+"$shardc" build "${m[@]}" -D tp=1 -D cp=4 -D recompute=full --world 4 -o "$t/cp4full" 2>/dev/null
+"${mpi[@]}" -np 4 "$t/cp4full" "${run[@]}" --log "$t/cp4full.jsonl" >/dev/null
+compare "llama seq 256 cp4 recompute full" "$t/cp4full.jsonl" "$t/one.jsonl"
 # the trainer's eval (a subsequence of step) recomputes what the micro-step's body reads of the top graph: cp 2 x
 # ZeRO-2 x recompute full with 2 micro-steps gave the position ids' bytes to a reduce-scatter after their last
 # reader in step, and eval's embedding read garbage ids (tests/codegen/cp_eval.model, found by scripts/fuzz_runs.sh)

@@ -101,6 +101,7 @@ typedef struct {
   int cp_unstaged;            /* pp > 1: ring hops and all-to-alls over cp outside any stage's instruction */
   int sp_rs, sp_ag;           /* sp: reduce-scatters / all-gathers over tp into / out of a cp split (inner) */
   int ar_tp_act;              /* sp: all-reduces over tp of a matmul's output (what sp replaces) */
+  int stacked_hops;           /* a loop's stacked results that are ring hops' receives (kept for the backward) */
 } CpCount;
 
 /* v split over dp along some dim: 1 over dp and then cp (ZeRO over the dp x cp group), 2 over dp alone, 0 not. */
@@ -114,6 +115,8 @@ static void count_ring_at(const Graph *g, bool staged, int depth, CpCount *c) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->body) count_ring_at(n->body, staged || n->stage, depth + 1, c);
+    for (int k = n->op == OP_REPEAT ? n->a.ncarry : n->body ? n->body->nresults : 0; k < (n->body ? n->body->nresults : 0); k++)
+      c->stacked_hops += n->body->results[k]->def->op == OP_RECV && n->body->results[k]->def->a.mesh_axis == RT_AX_CP;
     bool dpcp = n->a.mesh_axis == RT_AX_DP && n->a.mesh_with == 1u << RT_AX_CP;
     if (n->op == OP_REDUCE_SCATTER && dpcp) c->rs_dpcp++, c->rs_dpcp_loop += depth > 0;
     if (n->op == OP_ALL_GATHER && dpcp) c->ag_dpcp++;
@@ -267,6 +270,15 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
     bool shape_ok = p.a2a ? c.a2a > 0 && c.sdpa > 0 && c.p2p == 0 && c.blocks == 0
                           : c.p2p > 0 && c.blocks > 0 && c.sdpa == 0 && c.a2a == 0;
     /* pp: each stage's instructions run their layers' ring among the stage's cp ranks */
+    /* full recompute passes the ring's K and V around again in the backward: no loop keeps a hop's (they
+     * were 2 (cp - 1) hidden states a layer beside its input) */
+    bool full = false;
+    for (int i = 0; i < ndefs; i++) full |= strcmp(defs[i].key, "recompute") == 0 && strcmp(defs[i].value, "full") == 0;
+    if (full && c.stacked_hops > 0) {
+      fprintf(stderr, "FAIL %s %s: recompute full keeps %d ring hops' receives for the backward\n", label, what,
+              c.stacked_hops);
+      failures++;
+    }
     if (p.pp > 1 && c.cp_unstaged > 0) {
       fprintf(stderr, "FAIL %s %s: %d ring hops or all-to-alls over cp outside a stage's instructions\n", label, what,
               c.cp_unstaged);
@@ -447,6 +459,19 @@ int main(void) {
   run_model("bidirectional (non-causal, GQA, RoPE + learned positions)", SHARDC_CP_MODEL, NULL, 0, 4, 16, 64, all, 2);
   const FeDefine bidir8[] = {{"heads", "8"}, {"kv_heads", "4"}};
   run_model("bidirectional, 8 heads / 4 kv heads, all2all", SHARDC_CP_MODEL, bidir8, 2, 4, 16, 64, a2a, 2);
+  /* recompute under cp: full re-runs the forward's ring (its hops again, in the forward's order) inside the
+   * backward loop; selective keeps the blocks as before. Ring cp 2 and 4, with dp x ZeRO-2, tp + sp, a zb pipeline
+   * (its W loop takes what B's recompute made) and all2all; the Llama shape (GQA) at cp 2 and 4 */
+  const FeDefine tiny_rc[] = {{"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"recompute", "full"}};
+  const CpPlan rc[] = {{1, 1, 2, false, 0, 1, 1, NULL, false}, {1, 1, 4, false, 0, 1, 1, NULL, false},
+                       {2, 1, 2, false, 2, 1, 1, NULL, false}, {1, 2, 2, false, 0, 1, 1, NULL, true},
+                       {1, 1, 2, false, 0, 2, 2, "zb", false}, {1, 1, 2, true, 0, 1, 1, NULL, false}};
+  run_model("tiny GPT, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 4, 16, 256, rc, 6);
+  const FeDefine tiny_sel[] = {{"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"recompute", "selective"}};
+  run_model("tiny GPT, recompute selective", SHARDC_MODELS_DIR "/tiny.model", tiny_sel, 5, 4, 16, 256, rc, 2);
+  const FeDefine llama_rc[] = {{"vocab", "128"}, {"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"kv_heads", "2"},
+                               {"layers", "2"}, {"ffn", "48"}, {"recompute", "full"}};
+  run_model("Llama shaped, recompute full", SHARDC_MODELS_DIR "/llama3-8b.model", llama_rc, 8, 4, 16, 128, rc, 2);
   check_refused();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
