@@ -86,9 +86,9 @@ static double zb_unheld(const PlanEstimate *e, double lst) {
 /* cp ring (pp 1): the blocks in flight in a layer's backward beside what cp 1 holds there, K and V received and dK
  * and dV travelling back: 4 hidden states of the micro-batch's local tokens (unit), / tp (their heads split; GQA's
  * are fewer: taken as MHA's). The compiled peak moves into that backward (tiny dp 2 cp 2 mb 16 on 4 CPU ranks
- * against dp 4 mb 8, the same tokens a rank: +3.0 units rc none, +4.1 selective, +4.0 full; at cp 4 +5, +4.1 and
- * +12: full recompute's forward again keeps every hop's K and V, not modelled). all2all (Ulysses): its head-split
- * attention holds no more than cp 1's (-1.9, +2.1, 0): 0. */
+ * against dp 4 mb 8, the same tokens a rank: +3.0 units rc none, +4.1 selective; at cp 4 +5 and +4.1; rc full
+ * +0 there, its peak at the loss, the ring run again in the backward: passes/recompute.c ring_hops). all2all
+ * (Ulysses): its head-split attention holds no more than cp 1's (-1.9, +2.1, 0): 0. */
 static double cp_ring_ws(const Module *base, const PlanCand *c, double unit) {
   return c->cp > 1 && base->plan.cp_mode == CP_RING ? 4 * unit / c->tp : 0;
 }
