@@ -72,7 +72,7 @@ double pp_stage_loads_v(const struct PpProfile *pr, const int64_t *n, int nv, in
 double zb_handoff_units(const PlanModel *pm, double tp, bool sp);
 double zb_held_units(const PlanModel *pm, RecomputeKind r);
 double zb_freed_units(const PlanModel *pm, RecomputeKind r, double kept, double unheld, double *rep);
-double sel_act_units(const PlanModel *pm, int cp);
+double sel_act_units(const PlanModel *pm, bool a2a);
 double none_act_units(const PlanModel *pm);
 
 /* plan_model_estimate's e again for the split n (n[k] layers on (virtual) stage k), with e's decisions (its

@@ -348,12 +348,14 @@ double zb_freed_units(const PlanModel *pm, RecomputeKind r, double kept, double 
  * Llama-3-8B 4 + 1 + 2 x 0.25 + 2 x 3.5 = 12.5. Compiled (`shardc plan --world 1 -D dp=1 -D tp=1 -D pp=1
  * -D zero=0 -D micro_batch=1 -D recompute=selective -D layers=2..4`, the activations' slope a layer):
  * GPT-2 16.5 MiB of 1.5 (11.0), Llama-3-8B 800 MiB of 64 (12.5), Llama-3-405B tp 8+sp 372 MiB of 32 (11.625).
- * Under cp (ring attention) one hidden state more (Llama-3-405B dp 128 tp 2+sp pp 2 1f1b cp 4 z3, the first
- * stage's peak compiled: per micro-batch six [63 layers, 1 / tp] stacks, two of 3.25 / tp and K's and V's of
- * 1 / 16: 12.625, this 11.625 + 1). Not found (no layer tensors): 11. */
-double sel_act_units(const PlanModel *pm, int cp) {
-  if (pm->nlt <= 0 || pm->d <= 0) return 11;
-  double u = cp > 1 ? 5 : 4;
+ * Under cp all2all (a2a) one hidden state more: the attention's output after its all-to-all, which selective keeps
+ * as a collective's (tiny at the same tokens a rank, the slope a layer: 11.0 at cp 1 and cp 2 ring, 12.06 all2all).
+ * Under cp ring none since 2026-11-29: the blocks are recomputed with their hops (passes/recompute.c ring_hops);
+ * before, it kept the merged output too (Llama-3-405B dp 128 tp 2+sp pp 2 1f1b cp 4 z3 compiled 12.625 a layer,
+ * 11.625 + 1). Not found (no layer tensors): 11. */
+double sel_act_units(const PlanModel *pm, bool a2a) {
+  if (pm->nlt <= 0 || pm->d <= 0) return a2a ? 12 : 11;
+  double u = a2a ? 5 : 4;
   for (int i = 0; i < pm->nlt; i++) {
     const PlanLayerTensor *t = &pm->lt[i];
     if (t->mat && (t->early || t->out != pm->d)) u += t->out / pm->d;

@@ -10,9 +10,10 @@
  *              re-runs the block's forward (its collectives too, as Megatron's full
  *              recompute does) before the block's backward;
  *   selective  keeps the outputs of GEMMs, norms, embeddings and collectives and recomputes
- *              the attention core (sdpa) and the cheap ops between them: elementwise ops,
- *              rope, and copies (slice, concat, reshape, transpose, pad, broadcast_to) —
- *              Megatron's selective recompute, with our flash-style sdpa as the core;
+ *              the attention core (sdpa; under cp ring its blocks, their merges and hops) and
+ *              the cheap ops between them: elementwise ops, rope, and copies (slice, concat,
+ *              reshape, transpose, pad, broadcast_to) — Megatron's selective recompute, with
+ *              our flash-style sdpa as the core;
  *   none       recomputes nothing but column slices (below) and, on the CUDA target, fused unaries.
  *
  * Fused unaries, on the CUDA target in every mode (fused_unary): a unary elementwise op whose input B
@@ -232,17 +233,18 @@ static bool ring_hop(const Node *n) {
   return (n->op == OP_SEND || n->op == OP_RECV) && n->a.mesh_axis == RT_AX_CP;
 }
 
-/* Whether the output of n is recomputed in the backward (else kept as a residual). Full recompute passes the
- * ring's K and V around again (as Megatron's does under cp), rather than keep every hop's: 2 (cp - 1) of them a
- * layer beside its input. */
+/* Whether the output of n is recomputed in the backward (else kept as a residual). Full and selective recompute
+ * re-run cp's ring attention blocks (selective: as it re-runs sdpa at cp 1) and pass K and V around the ring again
+ * for them (as Megatron's does under cp), rather than keep every hop's: 2 (cp - 1) of them a layer. */
 static bool recomputed(const Rc *r, const Node *n) {
-  if (n->op == OP_RECV && ring_hop(n) && r->kind == RECOMPUTE_FULL) return true;
+  if (n->op == OP_RECV && ring_hop(n) && r->kind != RECOMPUTE_NONE) return true;
   if (n->body || n->op == OP_SEND || n->op == OP_RECV || (ir_ops[n->op].flags & F_SOURCE)) return false;
   intptr_t one;
   if (ptrmap_get((PtrMap *)&r->cols, n, &one)) return true;
   if (r->kind == RECOMPUTE_NONE) return fused_unary(r, n);
   if (r->kind == RECOMPUTE_FULL) return true;
-  return (ir_ops[n->op].flags & F_EW) || n->op == OP_SDPA || moves_rows(n->op);
+  return (ir_ops[n->op].flags & F_EW) || n->op == OP_SDPA || n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_COMBINE ||
+         moves_rows(n->op);
 }
 
 /* ---- building B's recomputation ------------------------------------------------------------ */
@@ -332,7 +334,7 @@ static int position(const Graph *g, const Node *n) {
   die("recompute: a node not in its graph");
 }
 
-/* Full recompute under cp ring: F's ring hops before F-body position `upto`, in F's order, into B's body (each
+/* Recompute under cp ring: F's ring hops before F-body position `upto`, in F's order, into B's body (each
  * send's input materialized first): a block's clone is preceded by the hops F issues before it — the next
  * block's among them, so its transfer runs while this block computes, as in F — and every rank sends and
  * receives the same hops in the same order (their tags are F's: a backward ring reuses them so too). */
@@ -359,7 +361,7 @@ static void ring_hops(Rc *r, int upto) {
 
 static Value *clone(Rc *r, Value *v) {
   Node *d = v->def;
-  if (ring_hop(d) || ((d->op == OP_ATTN_BLOCK) && r->kind == RECOMPUTE_FULL)) {
+  if (ring_hop(d) || d->op == OP_ATTN_BLOCK) {
     ring_hops(r, position(r->fb, d) + (d->op == OP_RECV));
     intptr_t got;
     if (d->op == OP_RECV && ptrmap_get(&r->memo, v, &got)) return (Value *)got;

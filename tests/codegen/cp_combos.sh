@@ -11,7 +11,7 @@
 #   all-to-alls) among the stage's cp ranks; cp=2 x tp=2 + sp of the Llama (ring; all2all with 8
 #   heads / 4 kv heads): each cp rank's sequence split again over tp between the tp blocks (its
 #   step-10 checkpoint resumes on one rank with the uninterrupted step-11 loss); cp=4 of the Llama under
-#   recompute full (the ring run again in the backward). 20 AdamW
+#   recompute full and cp=2 of the tiny GPT under selective (the ring run again in the backward). 20 AdamW
 #   steps, every loss within 1e-5 of the single rank's (lib.sh's tolerance, justified in layouts.sh;
 #   cp.sh says why cp reorders fp32 sums).
 set -euo pipefail
@@ -116,6 +116,11 @@ compare "llama 8/4 heads cp2 x tp2 + sp all2all" "$t/cp2tp2spa.jsonl" "$t/one8.j
 "$shardc" build "${m[@]}" -D tp=1 -D cp=4 -D recompute=full --world 4 -o "$t/cp4full" 2>/dev/null
 "${mpi[@]}" -np 4 "$t/cp4full" "${run[@]}" --log "$t/cp4full.jsonl" >/dev/null
 compare "llama seq 256 cp4 recompute full" "$t/cp4full.jsonl" "$t/one.jsonl"
+# selective recomputes the attention blocks, so their hops too: the tiny GPT at cp 2
+"$shardc" build models/tiny.model -D seq=64 -D batch=4 -D micro_batch=4 -D dp=1 -D cp=2 -D recompute=selective \
+  --world 2 -o "$t/tinysel" 2>/dev/null
+"${mpi[@]}" -np 2 "$t/tinysel" "${run[@]}" --log "$t/tinysel.jsonl" >/dev/null
+compare "tiny cp2 recompute selective" "$t/tinysel.jsonl" "$t/tiny1.jsonl"
 # the trainer's eval (a subsequence of step) recomputes what the micro-step's body reads of the top graph: cp 2 x
 # ZeRO-2 x recompute full with 2 micro-steps gave the position ids' bytes to a reduce-scatter after their last
 # reader in step, and eval's embedding read garbage ids (tests/codegen/cp_eval.model, found by scripts/fuzz_runs.sh)
