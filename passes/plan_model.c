@@ -154,16 +154,20 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
                  (off ? 0 : e->shard * (1 + pm->state_ratio) * 3); /* (offload: the update is the host's) */
   e->mem_s = pm->k_mem * bytes / dev->bytes_per_s;
   double cp_merge = 0; /* the CUDA target's ring merges per layer and micro-batch (s) */
+  /* recompute (selective or full) under cp ring re-runs the forward's ring in the backward: its merges (cp more)
+   * and its hops (cp - 1 of K and V more), passes/recompute.c ring_hops */
+  bool ring_rc = c->cp > 1 && !a2a && c->rec != RECOMPUTE_NONE;
+  double merges = 2 * c->cp - 1 + (ring_rc ? c->cp : 0), hops = ring_rc ? 3 : 2; /* (hops: B's K / V passes, F's 1) */
   if (c->cp > 1 && base->target == TARGET_CUDA) {
     /* the ring's blocks run on the flash kernels (passes/cost_cuda.c), their scores never leave them:
      * what is bandwidth-bound is the merge of each block's output into the running one, a [tok, d / tp]
      * per ring step, cp forward and cp - 1 backward, ~120 bytes per element (Llama-3-405B pp 2 1f1b z3,
      * the compiled bandwidth-bound time over cp 1's: tp 4 cp 2 +2.2 s, tp 2 cp 4 +5.4 s; both 120 B) */
-    cp_merge = (2 * c->cp - 1) * tok * d / tp * 120 / dev->bytes_per_s;
+    cp_merge = merges * tok * d / tp * 120 / dev->bytes_per_s;
     e->mem_s += accum * lst * cp_merge;
   } else if (c->cp > 1) { /* ring attention merges score blocks elementwise: every local query against the
                            * whole sequence, per head (d / 64), ~20 exp-loop elements each (tiny, cp 2: 4 x the time) */
-    double el = accum * lst * tok / tp * pm->seq * (d / 64) * 20;
+    double el = accum * lst * tok / tp * pm->seq * (d / 64) * 20 * (ring_rc ? 4.0 / 3 : 1);
     double exp_s = cost_elem_s(base, dev, COST_EL_EXP);
     e->mem_s += exp_s > 0 ? el * exp_s : el * 4 / dev->bytes_per_s;
   }
@@ -274,10 +278,10 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       const CostLink *l = &dev->link[cp_in ? 0 : 1];
       cpr = lst / cv * (c->cp - 1) * (2 * unit / tp / (cp_in ? l->bytes_per_s : l->bytes_per_s / dpn) + l->latency_s);
     }
-    double cpm = cp_merge * lst / cv / (2 * c->cp - 1); /* a chunk's ring merges: cp in F, cp - 1 in B */
+    double cpm = cp_merge * lst / cv / merges; /* a chunk's ring merges: cp in F, cp - 1 in B (recompute: 2 cp - 1) */
     tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2 + 2 * ring + cpr + c->cp * cpm + copy_pt * lst / cv;
     double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
-                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr + (c->cp - 1) * cpm + copy_pt * lst / cv;
+                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + hops * cpr + (merges - c->cp) * cpm + copy_pt * lst / cv;
     /* the chunk's layer gradients added to the stage's sums inside the loop making them (W under zb,
      * else B: passes/pipe_fold.c), a layer at a time: a matrix's by its weight-gradient GEMM, which
      * accumulates into the sum (passes/gacc.c: the sum's bytes in the GEMM's, one add kernel fewer),
@@ -303,7 +307,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double tb0 = tb; /* (ZeRO-3: B's first gather in front of its loop, where the loop does not wait on the channel) */
     if (zpp) {
       double *ti = zb ? &tw : &tb, scopy = bcopy_s;
-      double rec = zb ? 0 : (g1 * 3 * (rec_gemm - 1) + sa * (attn_f - attn_once) / accum / cv + (elr - el0)) / (lst / cv);
+      double rec = zb ? 0 : (g1 * 3 * (rec_gemm - 1) + sa * (attn_f - attn_once) / accum / cv + (elr - el0) +
+                             (ring_rc ? cpr + c->cp * cpm : 0)) / (lst / cv); /* (the ring re-run: its hops, merges) */
       double bl = *ti / (lst / cv);
       double st = scatter_stall(pm, base, dev, c, zn, zbw, zlat, p_layer, bl, bl, rec, zb ? 0 : a1 * 2 / 3 / (lst / cv),
                                 zb ? 0 : gather_pt, defer, lst / cv, accum * lst, &scopy);
@@ -467,12 +472,12 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   /* tp: 4 all-reduces (or scatter + gather) of a hidden state per layer per micro-step, 2 more under full recompute */
   double ntp = c->rec == RECOMPUTE_FULL ? 6 : 4;
   e->tp_s = accum * (lst * ntp + 2) * ring_s(unit, 2, c->tp, in->bytes_per_s, in->latency_s);
-  /* cp: each layer passes K and V around the ring forward, twice that backward */
+  /* cp: each layer passes K and V around the ring forward, twice that backward (thrice: recompute, ring_rc) */
   if (c->cp > 1) {
     bool cp_in = c->tp * c->cp <= dpn;
     const CostLink *l = cp_in ? in : net;
     double bw = cp_in ? l->bytes_per_s : l->bytes_per_s / dpn;
-    e->tp_s += accum * lst * 3 * (c->cp - 1) * (2 * unit / tp / bw + l->latency_s);
+    e->tp_s += accum * lst * (1 + hops) * (c->cp - 1) * (2 * unit / tp / bw + l->latency_s);
   }
   /* dp / ZeRO: the f32 gradient of a rank's parameters, over the dp x cp group under cp */
   if (c->dp > 1 && c->zero < 3) {

@@ -503,6 +503,15 @@ static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrM
   ir_touch(bb);
   for (int i = 0; i < n0; i++)
     if (nodes[i]->op == OP_ARG) bb->nodes[bb->nnodes++] = nodes[i];
+  /* selective under cp ring: the attention's re-run ring first, before the layer's backward, not where its
+   * output projection's backward first reads it: its hops would stand between the layer's gradients and split
+   * their reduce-scatters' runs (passes/zero_coalesce.c: a run ends at a transfer); the merged output is then
+   * live through the MLP's backward, in the body's own memory */
+  for (int k = 0; r.kind == RECOMPUTE_SELECTIVE && k < nold; k++) {
+    intptr_t fv;
+    ptrmap_get(&r.recomp, old[k], &fv);
+    if (((Value *)fv)->def->op == OP_ATTN_COMBINE || ((Value *)fv)->def->op == OP_ATTN_BLOCK) materialize(&r, (Value *)fv);
+  }
   for (int i = 0; i < n0; i++) {
     Node *n = nodes[i];
     if (n->op == OP_ARG) continue;
