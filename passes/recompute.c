@@ -81,7 +81,7 @@ typedef struct {
   PtrMap *bmemo; /* ... and that loop's memo (F-body value -> its value in Bsrc's body) */
   int held;      /* ... the values W takes from Bsrc, held from B to W */
   int64_t held_bytes; /* ... their bytes, all the loop's layers */
-  int hop_next;  /* full under cp ring: F's body positions before this one have their ring hops in B (ring_hops) */
+  int hop_next;  /* under cp ring: F's body positions before this one have their ring hops in B (ring_hops) */
 } Rc;
 
 /* ---- repeat signature edits --------------------------------------------------------- */
