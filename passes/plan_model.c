@@ -24,10 +24,6 @@
 static const double act_units[3] = {16.0, 1.0, 11.0}; /* RecomputeKind order: none, full, selective */
 static const double act_rep_units[3] = {4.0, 1.0, 4.0};
 enum { PM_HOLD_ALL = 1 << 30 }; /* estimate's hold: the layers of a stage W holds for (0: none; this: all) */
-/* Under pp, full recompute keeps about 0.45 of a layer's activations per micro-batch in flight, not
- * its input alone (GPT-2 at 8, 16 and 32 layers, pp 4: the activations' slope per layer under full
- * over none, 0.48 1f1b and zb, 0.43 interleaved). */
-#define ACT_FULL_PP 7.5
 
 /* Bandwidth-bound bytes per token per layer (units of hidden x dtype bytes) and kernels per layer per
  * micro-step under each recompute mode, before calibration (only their ratios matter: selective
@@ -128,8 +124,10 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
   bool a2a = c->cp > 1 && base->plan.cp_mode == CP_ALL2ALL;
-  double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : r == RECOMPUTE_SELECTIVE ? sel_act_units(pm, a2a)
-              : r == RECOMPUTE_NONE ? none_act_units(pm) : act_units[r];
+  /* (under pp too: full keeps the layer's input per micro-batch in flight, GPT-2 at 16 and 32 layers pp 4, the
+   * activations' slope a layer: 1.1 hidden states 1f1b, 1.5 interleaved; it was taken as 7.5, a pp 4 figure of
+   * 2026-11-25: 1.42 x the compiled at 32 layers 1f1b, 3.3 x gpipe) */
+  double au = r == RECOMPUTE_SELECTIVE ? sel_act_units(pm, a2a) : r == RECOMPUTE_NONE ? none_act_units(pm) : act_units[r];
   double per_layer = unit * (c->sp || tp == 1 ? au / tp : au / tp + act_rep_units[r] * (1 - 1 / tp));
   double none_l = unit * (c->sp || tp == 1 ? none_act_units(pm) / tp /* (rc none's: what a layer's backward reads) */
                                           : none_act_units(pm) / tp + act_rep_units[RECOMPUTE_NONE] * (1 - 1 / tp));
@@ -377,14 +375,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * zb_handoff_units) and under recompute the GEMM inputs B's recompute made (zb_held_units) */
     double held = (1 - zb_unheld(e, lst)) * zb_held_units(pm, c->rec); /* (what B's recompute made for W; hold(N): its layers') */
     double S = unit * (zb_handoff_units(pm, tp, c->sp) + held / tp) * lst * ulay;
-    /* full recompute: F kept the layer's input alone, and what B recomputed is freed after B, so a micro-batch
-     * awaiting W holds the input (W re-runs the first norm from it), not the forward's activations in flight
-     * under B (ACT_FULL_PP): its b loads count A less that (Llama-3-8B tp 2+sp pp 4: 1 + 9 + 12.5 hidden states
-     * / tp a layer, 720 MiB, as compiled) */
-    if (c->rec == RECOMPUTE_FULL)
-      S -= (per_layer - unit * (c->sp || tp == 1 ? act_units[RECOMPUTE_FULL] / tp
-                                                 : act_units[RECOMPUTE_FULL] / tp + act_rep_units[RECOMPUTE_FULL] * (1 - 1 / tp))) *
-           lst / c->v * ulay;
+    /* (full recompute: F kept the layer's input alone, and what B recomputed is freed after B, so a micro-batch
+     * awaiting W holds the input, A: Llama-3-8B tp 2+sp pp 4: 1 + 9 + 12.5 hidden states / tp a layer, 720 MiB,
+     * as compiled) */
     /* zb: what of the forward's activations only B reads, freed at B's end: a micro-batch awaiting W holds A less
      * it, but for the stage's B just run (l->fresh: at its end its hand-off and its inputs are both live); W
      * recomputing from F's values (`zb_w recompute`, hold(N)'s others) reads more of them (zb_freed_units) */
@@ -446,7 +439,11 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       double wx = e->cls[MEM_GRAD] - p_rank / zd2 + gw; /* W's: the layer terms of MEM_GRAD and the packed one */
       gather = gw + fmax(0, gather - gw - wx);
     }
-    e->cls[MEM_ACT] = most + copies + gather + wcopy;
+    /* full recompute: a B re-makes one layer's activations of its micro-batch beyond its input, the peak's working
+     * set beside the loads; the last stage's peak is that or its head's logits (in its F), not both (compiled: tiny
+     * 5 layers pp 2 gpipe z3 mb 16, 7.8 MiB, the layer's 4 MiB of activations at a B's; GPT-2 at the head) */
+    double rebuilt = c->rec == RECOMPUTE_FULL && peak ? fmax(0, none_l - per_layer - (peak->last ? head : 0)) : 0;
+    e->cls[MEM_ACT] = most + copies + gather + wcopy + rebuilt;
   } else if (c->zero >= 3) { /* the loss's peak or the backward's first layer's, not both (plan_model_zero.c) */
     bool at_loss;
     double lgrad = e->cls[MEM_GRAD] - p_rank / zd2, headg = pm->pe_split[1] / tp + pm->pe_rep[1];
