@@ -328,6 +328,23 @@ static Value *from_b(Rc *r, Value *v) {
   return clone(r, v);
 }
 
+/* A node like F-body node d in B's body, reading in: d's attributes, its outputs typed and sharded as d's and
+ * memoized as them. */
+static Node *clone_node(Rc *r, const Node *d, Value **in) {
+  Node *c = ir_node_new(r->bb, d->op, d->nin, in, d->nout, d->loc);
+  c->a = d->a;
+  for (int k = 0; k < d->nout; k++) {
+    Value *o = c->out[k], *f = d->out[k];
+    o->dtype = f->dtype;
+    o->shape = f->shape;
+    o->sharding = f->sharding;
+    o->name = f->name;
+    o->offset = -1;
+    ptrmap_put(&r->memo, f, (intptr_t)o);
+  }
+  return c;
+}
+
 static int position(const Graph *g, const Node *n) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i] == n) return i;
@@ -342,20 +359,8 @@ static void ring_hops(Rc *r, int upto) {
   while (r->hop_next < upto) {
     Node *n = r->fb->nodes[r->hop_next++];
     if (!ring_hop(n)) continue;
-    if (n->op == OP_SEND) {
-      Value *x = materialize(r, n->in[0]);
-      ir_node_new(r->bb, OP_SEND, 1, &x, 0, n->loc)->a = n->a;
-      continue;
-    }
-    Node *c = ir_node_new(r->bb, OP_RECV, 0, NULL, 1, n->loc);
-    c->a = n->a;
-    Value *o = c->out[0], *f = n->out[0];
-    o->dtype = f->dtype;
-    o->shape = f->shape;
-    o->sharding = f->sharding;
-    o->name = f->name;
-    o->offset = -1;
-    ptrmap_put(&r->memo, f, (intptr_t)o);
+    Value *x = n->op == OP_SEND ? materialize(r, n->in[0]) : NULL;
+    clone_node(r, n, n->op == OP_SEND ? &x : NULL);
   }
 }
 
@@ -369,18 +374,7 @@ static Value *clone(Rc *r, Value *v) {
   }
   Value **in = ARENA_ARRAY(r->bb->arena, Value *, d->nin + 1);
   for (int j = 0; j < d->nin; j++) in[j] = materialize(r, d->in[j]);
-  Node *c = ir_node_new(r->bb, d->op, d->nin, in, d->nout, d->loc);
-  c->a = d->a;
-  for (int k = 0; k < d->nout; k++) {
-    Value *o = c->out[k], *f = d->out[k];
-    o->dtype = f->dtype;
-    o->shape = f->shape;
-    o->sharding = f->sharding;
-    o->name = f->name;
-    o->offset = -1;
-    ptrmap_put(&r->memo, f, (intptr_t)o);
-  }
-  return c->out[v->idx];
+  return clone_node(r, d, in)->out[v->idx];
 }
 
 /* The value of F-body value v in B's body: cloned nodes are appended to B's body here. */
