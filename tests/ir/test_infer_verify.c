@@ -54,6 +54,12 @@ static void test_infer_errors(Arena *A) {
   ta.ta = true;
   expect_infer_error(g, OP_MATMUL, 3, (Value *[]){xa, dy, sum}, 1, &ta, S(0),
                      "m.model:14:9: error: matmul: the accumulator is [3, 8], the product [8, 3]\n");
+  Attrs cbt = {0}; /* cb (the leading dims contracted too) takes A^T @ B of one leading shape */
+  cbt.ta = cbt.tb = cbt.cb = true;
+  Value *xc = t_input(g, "xc", DT_F32, S(3, 2, 4, 8)), *dc = t_input(g, "dc", DT_F32, S(3, 2, 3, 4));
+  expect_infer_error(g, OP_MATMUL, 2, (Value *[]){xc, dc}, 1, &cbt, S(0),
+                     "m.model:14:9: error: matmul: contracting the leading dims (cb) takes A^T @ B of one leading shape, "
+                     "not [2, 4, 8]^T @ [2, 3, 4]^T\n");
   expect_infer_error(g, OP_MATMUL, 4, (Value *[]){xa, dy, sum, sum}, 1, &ta, S(0),
                      "m.model:14:9: error: matmul: takes 2 inputs (A, B) or 3 (A, B and the accumulator C), not 4\n");
   Value *a = t_input(g, "a", DT_F32, S(2, 4, 64)), *b = t_input(g, "b", DT_F32, S(1, 32));

@@ -138,6 +138,30 @@ static void test_matmul(Arena *A) {
     tensor_free(&out);
     for (int i = 0; i < 3; i++) tensor_free(&in[i]);
   }
+  { /* cb: the leading dims contracted too, y[m, n] = sum_b sum_k A[b, k, m] B[b, k, n] (a weight's gradient under
+     * cp), against the sum written out */
+    Graph *g = ir_graph_new(A, NULL);
+    Value *x = t_input(g, "x0", DT_F32, S(3, 2, 3, 2)), *w = t_input(g, "x1", DT_F32, S(3, 2, 3, 4));
+    Attrs at = {0};
+    at.ta = at.cb = true;
+    Value *y = t_op2(g, OP_MATMUL, x, w, &at);
+    CHECK(ir_shape_eq(&y->shape, &(Shape){2, {2, 4}, {0}}));
+    ir_add_result(g, y, "y");
+    double av[12], bv[24];
+    for (int i = 0; i < 12; i++) av[i] = 0.5 * i - 2;
+    for (int i = 0; i < 24; i++) bv[i] = (i % 7) - 3.25;
+    Tensor in[2] = {t_tensor(DT_F32, S(3, 2, 3, 2), av), t_tensor(DT_F32, S(3, 2, 3, 4), bv)}, out;
+    CHECK(run(g, 2, in, &out));
+    for (int m = 0; m < 2; m++)
+      for (int n = 0; n < 4; n++) {
+        double s = 0;
+        for (int b = 0; b < 2; b++)
+          for (int k = 0; k < 3; k++) s += av[(b * 3 + k) * 2 + m] * bv[(b * 3 + k) * 4 + n];
+        CHECK_NEAR(out.data[m * 4 + n], s, TOL);
+      }
+    tensor_free(&out);
+    for (int i = 0; i < 2; i++) tensor_free(&in[i]);
+  }
 }
 
 static void test_embed_norms(Arena *A) {
