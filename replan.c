@@ -526,9 +526,15 @@ int64_t replan_total(void *ctx, const char *const *kv, int n) {
   Replan *r = ctx;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return -1;
-  Module *m = replan_compile(r, r->arena, kv, n, null);
+  /* (each knob's compile in an arena of its own, freed when its total is read: the fit check plans a dozen, a
+   * pp knob of GPT-3 unrolls its micro-batches; in the caller's arena they stayed to the end, 6 GB) */
+  Arena a;
+  arena_init(&a);
+  Module *m = replan_compile(r, &a, kv, n, null);
   fclose(null);
-  return m && m->memplan ? m->memplan->total : -1;
+  int64_t t = m && m->memplan ? m->memplan->total : -1;
+  arena_free(&a);
+  return t;
 }
 
 /* m's final IR as text (malloc'd; NULL on failure). */
