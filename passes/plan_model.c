@@ -82,12 +82,10 @@ static double zb_unheld(const PlanEstimate *e, double lst) {
 /* cp ring (pp 1): the blocks in flight in a layer's backward beside what cp 1 holds there, K and V received and dK
  * and dV travelling back: 4 hidden states of the micro-batch's local tokens (unit), / tp (their heads split; GQA's
  * are fewer: taken as MHA's). The compiled peak moves into that backward (tiny dp 2 cp 2 mb 16 on 4 CPU ranks
- * against dp 4 mb 8, the same tokens a rank: +3.0 units rc none, +4.1 selective; at cp 4 +5 and +4.1; rc full
- * +0 there, its peak at the loss, the ring run again in the backward: passes/recompute.c ring_hops). all2all
- * (Ulysses): its head-split attention holds no more than cp 1's (-1.9, +2.1, 0): 0. */
-static double cp_ring_ws(const Module *base, const PlanCand *c, double unit) {
-  return c->cp > 1 && base->plan.cp_mode == CP_RING ? 4 * unit / c->tp : 0;
-}
+ * against dp 4 mb 8, the same tokens a rank: +3.0 units rc none, +3.1 selective; at cp 4 +5.0 and +3.1; rc full
+ * +0 there, its peak at the loss; selective and full run the ring again in the backward: passes/recompute.c
+ * ring_hops). all2all (Ulysses): its head-split attention holds no more than cp 1's (-1.9, +2.1, 0): 0. */
+static double cp_ring_ws(bool ring, const PlanCand *c, double unit) { return ring ? 4 * unit / c->tp : 0; }
 
 static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
                      bool defer, int hold, PlanEstimate *e, double *stage_tot) {
@@ -123,7 +121,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0);
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
-  bool a2a = c->cp > 1 && base->plan.cp_mode == CP_ALL2ALL;
+  bool a2a = c->cp > 1 && base->plan.cp_mode == CP_ALL2ALL, ring = c->cp > 1 && !a2a; /* (cp's attention: which) */
   /* (under pp too: full keeps the layer's input per micro-batch in flight, GPT-2 at 16 and 32 layers pp 4, the
    * activations' slope a layer: 1.1 hidden states 1f1b, 1.5 interleaved; it was taken as 7.5, a pp 4 figure of
    * 2026-11-25: 1.42 x the compiled at 32 layers 1f1b, 3.3 x gpipe) */
@@ -154,7 +152,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double cp_merge = 0; /* the CUDA target's ring merges per layer and micro-batch (s) */
   /* recompute (selective or full) under cp ring re-runs the forward's ring in the backward: its merges (cp more)
    * and its hops (cp - 1 of K and V more), passes/recompute.c ring_hops */
-  bool ring_rc = c->cp > 1 && !a2a && c->rec != RECOMPUTE_NONE;
+  bool ring_rc = ring && c->rec != RECOMPUTE_NONE;
   double merges = 2 * c->cp - 1 + (ring_rc ? c->cp : 0), hops = ring_rc ? 3 : 2; /* (hops: B's K / V passes, F's 1) */
   if (c->cp > 1 && base->target == TARGET_CUDA) {
     /* the ring's blocks run on the flash kernels (passes/cost_cuda.c), their scores never leave them:
@@ -447,13 +445,13 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   } else if (c->zero >= 3) { /* the loss's peak or the backward's first layer's, not both (plan_model_zero.c) */
     bool at_loss;
     double lgrad = e->cls[MEM_GRAD] - p_rank / zd2, headg = pm->pe_split[1] / tp + pm->pe_rep[1];
-    e->cls[MEM_ACT] = per_layer * lst + zero3_pp1_peak(pm, c, unit, none_l, per_layer, cp_ring_ws(base, c, unit), head, headg,
+    e->cls[MEM_ACT] = per_layer * lst + zero3_pp1_peak(pm, c, unit, none_l, per_layer, cp_ring_ws(ring, c, unit), head, headg,
                                                        gather, lgrad, &at_loss);
     if (at_loss) e->cls[MEM_GRAD] -= lgrad;
   } else {
     /* without the persistent copies under bf16 (zero < 3): one layer's weights cast at a time (passes/wcast.c) */
     double wcast = cb < 4 && !persistent && c->zero < 3 && base->target == TARGET_CUDA ? p_layer * cb / 4 : 0;
-    e->cls[MEM_ACT] = per_layer * lst + head + copies + gather + wcast + cp_ring_ws(base, c, unit);
+    e->cls[MEM_ACT] = per_layer * lst + head + copies + gather + wcast + cp_ring_ws(ring, c, unit);
   }
   e->cls[MEM_INPUT] = 2.0 * 4 * tok * (c->pp > 1 ? accum : 1);
 
