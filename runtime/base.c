@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,14 @@ int rt_launch_rank(int *world) {
 void (*rt_fatal_hook)(void);
 
 _Noreturn void rt_fatal(int code, const char *fmt, ...) {
+  /* Once a process: two threads that see one failure (the watchdog and the caller, or a crash after
+   * a peer's death: watchdog.c) print one line; the second waits for the first's _exit. (The same
+   * thread again — its hook failing — goes on.) */
+  static atomic_flag ending = ATOMIC_FLAG_INIT;
+  static _Thread_local bool mine;
+  if (!mine && atomic_flag_test_and_set(&ending))
+    for (;;) pause();
+  mine = true;
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);

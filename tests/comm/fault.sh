@@ -4,7 +4,11 @@
 #   MODE plain: just run; MODE kill: kill -9 the rank whose pid lands in $SHARDRT_TEST_PIDFILE;
 #   MODE killeach: as kill, and every one of the NP-1 surviving ranks must print a matching line
 #   (for `mpirun --enable-recovery`, which does not end the job itself and exits 0); MODE any:
-#   as plain, whatever the exit status (--enable-recovery: the matching line comes from a survivor).
+#   as plain, whatever the exit status (--enable-recovery: the matching line comes from a survivor);
+#   MODE crashlost: as killeach, but first SIGSEGV to rank 2 (pid in $SHARDRT_TEST_PIDFILE.2), then
+#   0.2 s later kill -9 rank 1: the crash guard (runtime/comm/watchdog.c) must name the loss, one line
+#   saying "stopped on SIGSEGV"; MODE crash: SIGSEGV to rank 2 alone: no peer lost, the signal goes on
+#   (the job ends non-zero, output matching REGEX, and no line says a peer was lost).
 mode=$1; regex=$2; np=$3; shift 3
 out=$(mktemp); pidfile=$(mktemp -u)
 export SHARDRT_TEST_PIDFILE=$pidfile
@@ -13,30 +17,43 @@ start=$(date +%s)
 job=$!
 if [ "$mode" != plain ] && [ "$mode" != any ]; then
   i=0
-  while [ ! -s "$pidfile" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+  while { [ ! -s "$pidfile" ] || { [ "${mode#crash}" != "$mode" ] && [ ! -s "$pidfile.2" ]; }; } && [ $i -lt 300 ]; do
+    sleep 0.1; i=$((i + 1))
+  done
   if [ ! -s "$pidfile" ]; then echo "fault.sh: the job never wrote $pidfile"; kill $job; cat "$out"; exit 1; fi
   victim=$(cat "$pidfile")
-  echo "fault.sh: kill -9 $victim"
-  kill -9 "$victim"
-  killed=$(date +%s)
+  if [ "${mode#crash}" != "$mode" ]; then
+    [ -s "$pidfile.2" ] || { echo "fault.sh: the job never wrote $pidfile.2"; kill $job; cat "$out"; exit 1; }
+    echo "fault.sh: kill -SEGV $(cat "$pidfile.2")"
+    kill -SEGV "$(cat "$pidfile.2")"
+  fi
+  if [ "$mode" != crash ]; then
+    [ "$mode" = crashlost ] && sleep 0.2
+    echo "fault.sh: kill -9 $victim"
+    kill -9 "$victim"
+  fi
 fi
 # Wait at most 30 s for the job to end.
 i=0
 while kill -0 $job 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 if kill -0 $job 2>/dev/null; then
-  echo "fault.sh: FAIL: still running after 30 s"; kill -9 $job; cat "$out"; rm -f "$out" "$pidfile"; exit 1
+  echo "fault.sh: FAIL: still running after 30 s"; kill -9 $job; cat "$out"; rm -f "$out" "$pidfile" "$pidfile.2"; exit 1
 fi
 wait $job; rc=$?
 end=$(date +%s)
 cat "$out"
 echo "fault.sh: exit status $rc after $((end - start)) s"
 status=0
-if [ "$mode" = killeach ]; then
+if [ "$mode" = killeach ] || [ "$mode" = crashlost ]; then
   n=$(grep -Ec "$regex" "$out")
   [ "$n" -eq $((np - 1)) ] || { echo "fault.sh: FAIL: $n lines match /$regex/, want $((np - 1))"; status=1; }
+  if [ "$mode" = crashlost ]; then
+    grep -Eq "$regex.*stopped on SIGSEGV" "$out" || { echo "fault.sh: FAIL: no peer-loss line says 'stopped on SIGSEGV'"; status=1; }
+  fi
 else
   [ "$mode" = any ] || [ $rc -ne 0 ] || { echo "fault.sh: FAIL: exit status 0"; status=1; }
   grep -Eq "$regex" "$out" || { echo "fault.sh: FAIL: no line matches /$regex/"; status=1; }
+  if [ "$mode" = crash ] && grep -q "peer lost" "$out"; then echo "fault.sh: FAIL: a peer is said lost"; status=1; fi
 fi
-rm -f "$out" "$pidfile"
+rm -f "$out" "$pidfile" "$pidfile.2"
 exit $status

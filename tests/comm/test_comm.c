@@ -12,7 +12,8 @@
  *                       ring gathered and folded: hier.c) and SHARDRT_TEST_MBOX the same
  *                       for the shared-memory mailboxes (runtime/comm/mbox.c)
  *   test_comm kill      all-reduces forever; rank 1 writes its pid to $SHARDRT_TEST_PIDFILE
- *                       (the driver script kill -9s it)
+ *                       (the driver script kill -9s it), rank 2 to $SHARDRT_TEST_PIDFILE.2 (the
+ *                       driver may send it SIGSEGV: fault.sh)
  *   test_comm mismatch  rank 0 calls all_reduce then all_gather, the others the reverse
  *   test_comm count     rank 1 all-reduces one element fewer
  *   test_comm agcount   rank 1 all-gathers two elements fewer
@@ -606,9 +607,11 @@ static _Noreturn void mode_kill(RtComm *c) {
   fill(x, RT_F32, n, me_rank, 1);
   for (long it = 0;; it++) {
     rt_all_reduce(rt_group_world(c), x, x, n, RT_F32, RT_MAX);
-    if (it == 20 && me_rank == 1) {
+    if (it == 20 && (me_rank == 1 || me_rank == 2)) { /* rank 2 after rank 1 (fault.sh waits for the latter) */
       const char *pf = getenv("SHARDRT_TEST_PIDFILE");
-      FILE *f = pf ? fopen(pf, "w") : NULL;
+      char path[4096];
+      snprintf(path, sizeof path, "%s%s", pf ? pf : "", me_rank == 2 ? ".2" : "");
+      FILE *f = pf ? fopen(path, "w") : NULL;
       if (f) {
         fprintf(f, "%d\n", (int)getpid());
         fclose(f);
