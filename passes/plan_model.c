@@ -238,7 +238,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double b = lay - fwd + (ntp - 2) * ring_s(unit, 2, c->tp, dev->link[0].bytes_per_s, dev->link[0].latency_s);
     double ab = e->attn_s / (accum * lst) * 2.5 / (c->rec == RECOMPUTE_NONE ? 3.5 : 4.5);
     stall = scatter_stall(pm, base, dev, c, zn, zbw, zlat, p_layer, b, lay - fwd, full ? fwd : 0, ab, gather_pt, defer, lst,
-                          accum * lst, &bcopy_s) * lst * accum;
+                          accum * lst, &bcopy_s, NULL) * lst * accum;
   }
   double copy_pt = copy_s / (accum * lst * 2); /* a gather point's copies: a layer's in F, in B */
   double bcopy_pt = bcopy_s / (accum * lst);   /* a scatter point's: a layer's in B */
@@ -306,11 +306,20 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       double rec = zb ? 0 : (g1 * 3 * (rec_gemm - 1) + sa * (attn_f - attn_once) / accum / cv + (elr - el0) +
                              (ring_rc ? cpr + c->cp * cpm : 0)) / (lst / cv); /* (the ring re-run: its hops, merges) */
       double bl = *ti / (lst / cv);
+      double tail = 0;
       double st = scatter_stall(pm, base, dev, c, zn, zbw, zlat, p_layer, bl, bl, rec, zb ? 0 : a1 * 2 / 3 / (lst / cv),
-                                zb ? 0 : gather_pt, defer, lst / cv, accum * lst, &scopy);
-      *ti += (st + scopy / (accum * lst)) * lst / cv;
+                                zb ? 0 : gather_pt, defer, lst / cv, accum * lst, &scopy, &tail);
+      /* passes/zero.c packs the layer's f32 gradients into buckets for their scatters (a copy: twice a layer's
+       * bytes, where zcoal does not coalesce them: else scopy holds its copies), and after the loop the stage's
+       * sums take the shards (the shard, the sum read and written: 3 / the group) where ZeRO-1's accumulate in
+       * their GEMMs; fitted on the compiled bandwidth-bound time over ZeRO-1's (GPT-3 tp 8+sp, not coalesced:
+       * pp 16 int2 dp 2, pp 8 1f1b rc full dp 4 and 8: 2.98, 2.23 and 1.85 layers a layer and micro-batch,
+       * 1.5 + 3 / dp within 1 %). The compiled figures': outside k_mem's calibration (zfold_s) */
+      double zf = p_layer * ((scopy > 0 ? 0 : 1.5) + 3 / zg) * lst / cv / dev->bytes_per_s;
+      e->zfold_s = zf * accum * cv;
+      *ti += (st + scopy / (accum * lst)) * lst / cv + zf + tail; /* (tail: the instruction's last scatters, waited at its end) */
       bcopy_s = scopy;
-      stall = st * lst * accum;
+      stall = st * lst * accum + tail * accum * cv;
       if (c->zero >= 3) tb = zb ? fmax(tb + gather_pt, (gather_pt + copy_pt) * lst / cv) : fmax(tb, tb0 + gather_pt);
     }
     double ze[3] = {0}; /* ZeRO-3: the head's and the embedding's gathers and scatters (zero3_pp_edges) */
@@ -488,8 +497,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   e->exposed_s = e->tp_s + fmax(stall, e->dp_s > hide ? e->dp_s - hide : 0);
   /* (the copies wait for their gather and the next waits for them: compiled, they hide no collective;
    * under pp they are in the stages' F and B above, so in the span) */
-  e->mem_s += copy_s + bcopy_s;
-  e->compute_s += copy_s + bcopy_s;
+  e->mem_s += copy_s + bcopy_s + e->zfold_s;
+  e->compute_s += copy_s + bcopy_s + e->zfold_s;
   /* ---- plan offload: the base's compiled copies and host work per byte of the shard, this shard's ---- */
   if (off) {
     double down = pm->off_copies[0] / pp, up = pm->off_copies[1] / pp; /* copies per stage */

@@ -81,6 +81,7 @@ typedef struct {
   double total;          /* their sum */
   MemClass largest;
   double gemm_s, attn_s, mem_s, kern_s, compute_s;
+  double zfold_s;        /* of mem_s: ZeRO-2/3's packing of the layer gradients under pp (not calibrated) */
   double tp_s, dp_s, exposed_s; /* blocking collectives, asynchronous ones, exposed communication */
   double shard;          /* f32 bytes of the parameters a rank updates (its tp x pp share over ZeRO's group) */
   double host_s, d2h_s, h2d_s, offload_s; /* plan offload: the host's update, the copies each way, their

@@ -235,7 +235,9 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
     plan_model_estimate_split(pm, base, dev, &c, n, &e);
   }
   double *k[4] = {&pm->k_gemm, &pm->k_attn, &pm->k_mem, &pm->k_kern};
-  double *got = r.last_s, ana[4] = {e.gemm_s, e.attn_s, e.mem_s, e.kern_s};
+  /* (ZeRO-2/3's packing under pp is the compiled figures' already: e.zfold_s, outside k_mem) */
+  double got[4] = {r.last_s[0], r.last_s[1], r.last_s[2] - e.zfold_s, r.last_s[3]};
+  double ana[4] = {e.gemm_s, e.attn_s, e.mem_s - e.zfold_s, e.kern_s};
   for (int i = 0; i < 4; i++)
     if (got[i] > 0 && ana[i] > 0) {
       double f = got[i] / ana[i];

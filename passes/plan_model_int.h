@@ -112,7 +112,7 @@ double zero3_pp1_peak(const PlanModel *pm, const struct PlanCand *c, double unit
  * stages' B, zb: W, loops): the seconds beyond its compute b. */
 double scatter_stall(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c, int n, double bw,
                      double lat, double p_layer, double b, double bc, double rec, double ab, double front, bool defer,
-                     double iters, double points, double *bcopy_s);
+                     double iters, double points, double *bcopy_s, double *tail);
 /* ZeRO-3's dp (dp x cp) collectives' seconds a step (and their copies, flat buffer, a gather point's time). */
 double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c, double p_rank,
                     double p_layer, double lst, int n, double bw, double lat, double hide, bool defer, double body,
