@@ -342,6 +342,15 @@ z3tp4=(models/llama3-405b.model --target cuda -D dp=128 -D tp=4 -D sp=on -D pp=2
 coalesced "llama3-405b dp 128 tp 4+sp pp 2 1f1b cp 2 z3" "dp*cp" "${z3tp4[@]}"
 
 # h. ZeRO-2's scatters coalesced (the latency of 2048 ranks)
+#    ZeRO-2 under pp, compute-bound (the scatters hidden): a B packs its layer gradients for the scatters and the stage's
+#    sums take the shards after the loop (1.5 + 3 / dp layers a layer and micro-batch), and its last scatters are
+#    waited after its loop (docs/planner.md, "ZeRO-2/3's packing and the B's last scatter under pp"): GPT-3 dp 2 tp 8+sp
+#    pp 16 int2 z2 mb 4, step 0.92 before (compiled 23.4 s, 38.1 ms a B where ZeRO-1's is 33.1), 1.00
+read -r rm rs < <(ratios "dp 2 tp 8\+sp pp 16 int2 z2 rc none mb 4" models/gpt3-175b.model --target cuda -D pp=16 -D tp=8 -D sp=on \
+  -D schedule=interleaved -D recompute=none -D micro_batch=4 -D zero=2)
+echo "gpt3 dp 2 tp 8+sp pp 16 int2 z2: analytic / compiled memory $rm, step $rs"
+within "$rs" 0.96 1.04 || bad "gpt3 dp 2 tp 8+sp pp 16 int2 z2: analytic step ${rs:-?} x the compiled, not within 4 % (the B's packing, or its last scatter's wait, left out?)"
+
 z2=(models/llama3-8b.model --target cuda --topology models/topo/dgx-h100-x256.topo --world 2048 -D batch=4096 -D zero=2 -D pp=1
   -D tp=1 -D dp=2048 -D cp=1 -D sp=off -D recompute=selective -D micro_batch=1 --cost)
 coalesced "llama3-8b dp 2048 z2" dp "${z2[@]}"
