@@ -182,8 +182,12 @@ static void crash_guard(int sig, siginfo_t *si, void *uc) {
   if (si->si_code <= 0) raise(sig); /* sent (kill, abort): again, to the old handler; a fault recurs by itself */
 }
 
+/* (two comms at once: the handlers installed once, the later comm the one looked at; guard_old keeps the
+ * handlers from before the first, never this one's: a signal always goes on to another) */
 static void guard_start(RtComm *c) {
+  bool installed = guarded != NULL;
   guarded = c;
+  if (installed) return;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = crash_guard;
