@@ -159,95 +159,65 @@ static double resident(void) {
   return got == 2 ? rss * (double)sysconf(_SC_PAGESIZE) : 0;
 }
 
-/* Starts job k's child (its pipe's read end into *fd, its pid into *pid); false where it could not (*fd -1). */
-static bool total_child(void *ctx, FitJob *j, int pack_jobs, const int *open_fds, int nopen, int *fd, pid_t *pid) {
-  int fds[2];
-  *fd = -1, *pid = -1;
-  if (pipe(fds) != 0) return false;
-  *pid = fork();
-  if (*pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return false;
-  }
-  if (*pid == 0) { /* the child: plan, answer, exit */
-    memplan_pack_set_jobs(pack_jobs);
-    close(fds[0]);
-    for (int q = 0; q < nopen; q++)
-      if (open_fds[q] >= 0) close(open_fds[q]); /* its siblings' pipes are the parent's */
-    int64_t t = replan_total(ctx, j->kv, j->n);
-    ssize_t w = write(fds[1], &t, sizeof t);
-    _exit(w == (ssize_t)sizeof t ? 0 : 1);
-  }
-  close(fds[1]);
-  *fd = fds[0];
-  return true;
-}
-
 void replan_totals(void *ctx, FitJob *jobs, int njobs) {
-  enum { MAXW = 64 };
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  int width = cpus > 1 ? (int)(cpus < MAXW ? cpus : MAXW) : 1;
-  /* no more at once than the memory available holds, each child taken as this process's resident bytes (its
-   * compile about the plan's own, which this process holds: Llama-3-405B pp 16 x cp 2 compiles in 1.6 GB; what
-   * it shares of the parent's, copied on write, it does not write) */
-  double avail = mem_available(), each = resident();
+  int width = cpus > 1 ? (int)(cpus < 64 ? cpus : 64) : 1;
+  /* no more at once than the memory available holds, each child taken as twice this process's resident bytes
+   * (its compile beside what it shares of the parent's: Llama-3-405B pp 16 x cp 2 compiles in 1.6 GB) */
+  double avail = mem_available(), each = 2 * resident();
   if (avail > 0 && each > 0 && avail / each < width) width = avail / each >= 1 ? (int)(avail / each) : 1;
-  if (njobs < width) width = njobs;
-  if (width <= 1) {
+  if (width == 1 || njobs == 1) {
     for (int k = 0; k < njobs; k++) jobs[k].total = replan_total(ctx, jobs[k].kv, jobs[k].n);
     return;
   }
   fflush(stdout);
   fflush(stderr);
-  /* a pool: a child per slot, the next knob started as one ends; each packs on every core (the knobs are
-   * uneven: a pp knob unrolls its micro-batches, and the last one running then has the machine) */
-  int fd[MAXW], job[MAXW], next = 0, running = 0;
-  pid_t pid[MAXW];
-  int64_t got[MAXW];
-  size_t have[MAXW];
-  for (int k = 0; k < njobs; k++) jobs[k].total = -1;
-  for (int w = 0; w < width; w++) fd[w] = -1, job[w] = -1;
-  for (;;) {
-    for (int w = 0; w < width && next < njobs; w++) {
-      if (fd[w] >= 0) continue;
-      int k = next++;
-      if (!total_child(ctx, &jobs[k], (int)cpus, fd, width, &fd[w], &pid[w])) { /* (no child: planned here) */
-        jobs[k].total = replan_total(ctx, jobs[k].kv, jobs[k].n);
+  for (int at = 0; at < njobs; at += width) {
+    int n = njobs - at < width ? njobs - at : width, fd[64];
+    pid_t pid[64];
+    for (int i = 0; i < n; i++) {
+      FitJob *j = &jobs[at + i];
+      int fds[2];
+      j->total = -1;
+      fd[i] = -1, pid[i] = -1;
+      if (pipe(fds) != 0) continue;
+      pid[i] = fork();
+      if (pid[i] < 0) {
+        close(fds[0]);
+        close(fds[1]);
         continue;
       }
-      job[w] = k, have[w] = 0, got[w] = -1, running++;
-    }
-    if (!running) break;
-    struct pollfd pf[MAXW];
-    int slot[MAXW], np = 0;
-    for (int w = 0; w < width; w++)
-      if (fd[w] >= 0) pf[np] = (struct pollfd){.fd = fd[w], .events = POLLIN}, slot[np++] = w;
-    if (poll(pf, (nfds_t)np, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < np; i++) {
-      if (!pf[i].revents) continue;
-      int w = slot[i];
-      ssize_t r = read(fd[w], (char *)&got[w] + have[w], sizeof got[w] - have[w]);
-      if (r < 0 && errno == EINTR) continue;
-      if (r > 0) have[w] += (size_t)r;
-      if (r <= 0 || have[w] == sizeof got[w]) { /* answered, or ended without (crashed: -1) */
-        close(fd[w]);
-        fd[w] = -1;
-        waitpid(pid[w], NULL, 0);
-        jobs[job[w]].total = have[w] == sizeof got[w] ? got[w] : -1;
-        running--;
+      if (pid[i] == 0) { /* the child: plan, answer, exit */
+        memplan_pack_set_jobs(1); /* (its siblings have the other cores) */
+        close(fds[0]);
+        for (int q = 0; q < i; q++)
+          if (fd[q] >= 0) close(fd[q]);
+        int64_t t = replan_total(ctx, j->kv, j->n);
+        ssize_t w = write(fds[1], &t, sizeof t);
+        _exit(w == (ssize_t)sizeof t ? 0 : 1);
       }
+      close(fds[1]);
+      fd[i] = fds[0];
+    }
+    for (int i = 0; i < n; i++) {
+      FitJob *j = &jobs[at + i];
+      if (pid[i] < 0) { /* (no child: planned here) */
+        j->total = replan_total(ctx, j->kv, j->n);
+        continue;
+      }
+      int64_t t = -1;
+      size_t have = 0;
+      while (have < sizeof t) {
+        ssize_t r = read(fd[i], (char *)&t + have, sizeof t - have);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        have += (size_t)r;
+      }
+      close(fd[i]);
+      waitpid(pid[i], NULL, 0);
+      j->total = have == sizeof t ? t : -1;
     }
   }
-  for (int w = 0; w < width; w++) /* (poll failed: the rest not planned) */
-    if (fd[w] >= 0) {
-      close(fd[w]);
-      kill(pid[w], SIGKILL);
-      waitpid(pid[w], NULL, 0);
-    }
 }
 
 bool replan_write_svg(const char *path, const char *flag, const Module *m, const CompareCol *cols, int n) {
