@@ -137,35 +137,9 @@ void replan_search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njo
  * once as the machine has cores, the total sent back through a pipe (a knob's compile is as large as the plan's:
  * a dozen of GPT-3 pp 2 cp 8 with 192 micro-batches, 43 s one after another on 2 cores). A child that fails or
  * ends without its answer: -1, as a plan that does not compile. One core, or one knob: in this process. */
-/* Bytes of memory available (MemAvailable), 0 when unknown. */
-static double mem_available(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  double kb = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-  fclose(f);
-  return kb * 1024;
-}
-
-/* This process's resident bytes (0: unknown): a knob's compile is about the plan's own, which it holds. */
-static double resident(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (!f) return 0;
-  double pages = 0, rss = 0;
-  int got = fscanf(f, "%lf %lf", &pages, &rss);
-  fclose(f);
-  return got == 2 ? rss * (double)sysconf(_SC_PAGESIZE) : 0;
-}
-
 void replan_totals(void *ctx, FitJob *jobs, int njobs) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   int width = cpus > 1 ? (int)(cpus < 64 ? cpus : 64) : 1;
-  /* no more at once than the memory available holds, each child taken as twice this process's resident bytes
-   * (its compile beside what it shares of the parent's: Llama-3-405B pp 16 x cp 2 compiles in 1.6 GB) */
-  double avail = mem_available(), each = 2 * resident();
-  if (avail > 0 && each > 0 && avail / each < width) width = avail / each >= 1 ? (int)(avail / each) : 1;
   if (width == 1 || njobs == 1) {
     for (int k = 0; k < njobs; k++) jobs[k].total = replan_total(ctx, jobs[k].kv, jobs[k].n);
     return;
