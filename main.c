@@ -657,7 +657,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   }
   if (piped) cost_pipe_free(&cpipe);
   fflush(stdout); /* the plan first: a user wants to read it, fit or not */
-  if (!fit_check(m, replan_totals, &rp)) return 1;
+  if (!fit_check(m, replan_total, &rp)) return 1;
   if (cg.no_outline && !m->pipe) /* (it shapes a pipeline's instructions alone: kept without a word) */
     note_at((SrcLoc){0}, "--no-outline: the plan has no pipeline (pp 1): the trainer's C is the same without it");
   if (!build && !out && cg.emit_dir) { /* plan --emit-c: the source only */

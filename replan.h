@@ -12,7 +12,6 @@
 #include <stdio.h>
 
 #include "cost.h"
-#include "fit.h"
 #include "frontend.h"
 #include "module.h"
 #include "pipeline.h"
@@ -56,8 +55,8 @@ Module *replan_plan(Replan *r, Arena *a, Module *m, const PipelineOptions *po, A
  * kept), from which m's own compile takes them; zb's list times measured again where the hold is
  * dropped. Nothing where none is open, or without a device memory. */
 void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
-/* The fit check's re-plan: the memory plan's total with the overrides, -1 when it does not compile. ctx: a
- * Replan. */
+/* The fit check's re-plan (FitReplan): the memory plan's total with the overrides, -1 when it does
+ * not compile. ctx: a Replan. */
 int64_t replan_total(void *ctx, const char *const *kv, int n);
 
 /* `--no-fuse` kinds that change nothing in m (a compile with the kind on gives the same final IR):
@@ -70,9 +69,6 @@ void replan_fuse_noop_notes(Replan *r, Arena *a, const Module *m);
  * (replan_compile, ctx a Replan) and measured in a child process, the result sent back through a
  * pipe; a compile over limit_s of CPU time is stopped and the candidate refused. */
 void replan_search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njobs, double limit_s);
-/* The fit check's knobs (FitReplan, passes/fit.h): each job's replan_total, planned side by side in child
- * processes (a core each). */
-void replan_totals(void *ctx, FitJob *jobs, int njobs);
 
 /* --mesh-svg, --memory-svg, --compare-svg: the pictures' paths (NULL: none). */
 typedef struct {

@@ -133,67 +133,6 @@ void replan_search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njo
   }
 }
 
-/* The fit check's knobs (FitReplan, passes/fit.h): each planned by replan_total in a child process, as many at
- * once as the machine has cores, the total sent back through a pipe (a knob's compile is as large as the plan's:
- * a dozen of GPT-3 pp 2 cp 8 with 192 micro-batches, 43 s one after another on 2 cores). A child that fails or
- * ends without its answer: -1, as a plan that does not compile. One core, or one knob: in this process. */
-void replan_totals(void *ctx, FitJob *jobs, int njobs) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  int width = cpus > 1 ? (int)(cpus < 64 ? cpus : 64) : 1;
-  if (width == 1 || njobs == 1) {
-    for (int k = 0; k < njobs; k++) jobs[k].total = replan_total(ctx, jobs[k].kv, jobs[k].n);
-    return;
-  }
-  fflush(stdout);
-  fflush(stderr);
-  for (int at = 0; at < njobs; at += width) {
-    int n = njobs - at < width ? njobs - at : width, fd[64];
-    pid_t pid[64];
-    for (int i = 0; i < n; i++) {
-      FitJob *j = &jobs[at + i];
-      int fds[2];
-      j->total = -1;
-      fd[i] = -1, pid[i] = -1;
-      if (pipe(fds) != 0) continue;
-      pid[i] = fork();
-      if (pid[i] < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        continue;
-      }
-      if (pid[i] == 0) { /* the child: plan, answer, exit */
-        memplan_pack_set_jobs(1); /* (its siblings have the other cores) */
-        close(fds[0]);
-        for (int q = 0; q < i; q++)
-          if (fd[q] >= 0) close(fd[q]);
-        int64_t t = replan_total(ctx, j->kv, j->n);
-        ssize_t w = write(fds[1], &t, sizeof t);
-        _exit(w == (ssize_t)sizeof t ? 0 : 1);
-      }
-      close(fds[1]);
-      fd[i] = fds[0];
-    }
-    for (int i = 0; i < n; i++) {
-      FitJob *j = &jobs[at + i];
-      if (pid[i] < 0) { /* (no child: planned here) */
-        j->total = replan_total(ctx, j->kv, j->n);
-        continue;
-      }
-      int64_t t = -1;
-      size_t have = 0;
-      while (have < sizeof t) {
-        ssize_t r = read(fd[i], (char *)&t + have, sizeof t - have);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        have += (size_t)r;
-      }
-      close(fd[i]);
-      waitpid(pid[i], NULL, 0);
-      j->total = have == sizeof t ? t : -1;
-    }
-  }
-}
-
 bool replan_write_svg(const char *path, const char *flag, const Module *m, const CompareCol *cols, int n) {
   FILE *f = fopen(path, "w");
   if (f) {

@@ -10,7 +10,7 @@
 #include "pipe_sched.h"
 #include "plan_options.h"
 
-enum { KNOB_KV = FIT_KV, KV_LEN = 48 };
+enum { KNOB_KV = 6, KV_LEN = 48 };
 
 /* The -D overrides of one knob applied to m, and its label; returns false when the knob does not
  * apply to this plan (tp already the world, micro_batch 1, ...). */
@@ -237,49 +237,37 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx) {
   }
   if (fit_plan_fits(m, NULL, NULL)) return true;
   if (diag_errors()) die("fit_check: called on a module with errors");
-  /* plan the knobs first (re-planning reports nothing and needs a clean error count): all of them at once, side
-   * by side (the tp rows after the first that fits too: their notes are left out below, as the sequential
-   * check left them unplanned) */
-  enum { MAXNOTES = 24, MAXJOBS = sizeof knobs / sizeof knobs[0] };
+  /* plan the knobs first (re-planning reports nothing and needs a clean error count) */
+  enum { MAXNOTES = 24 };
   char notes[MAXNOTES][224];
   int nnotes = 0;
   char later[256] = "";
   size_t lk = 0;
-  static char kv[MAXJOBS][KNOB_KV][KV_LEN]; /* (the jobs' strings: 8 KiB, one check a process) */
-  char label[MAXJOBS][160];
-  bool is_tp[MAXJOBS];
-  FitJob jobs[MAXJOBS];
-  int njobs = 0;
+  bool tp_fits = false; /* the tp rows stop at the first that fits */
   for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
     const Knob *k = &knobs[i];
+    char kv[KNOB_KV][KV_LEN], label[160];
     int n = 0;
-    if (!k->make(m, k->arg, kv[njobs], &n, label[njobs], sizeof label[0])) continue;
+    if (k->make == knob_tp && tp_fits) continue;
+    if (!k->make(m, k->arg, kv, &n, label, sizeof label)) continue;
     if ((k->opt < PLAN_OPT_COUNT && !ir_plan_opt_applied(k->opt))) {
       /* named once per kind, not planned: no pass applies it yet */
-      const char *name = label[njobs] + 3;
+      const char *name = label + 3;
       char word[64];
       snprintf(word, sizeof word, "%.*s", (int)strcspn(name, "="), name);
       if (!strstr(later, word) && lk + strlen(word) + 3 < sizeof later)
         lk += (size_t)snprintf(later + lk, sizeof later - lk, "%s%s", lk ? ", " : "", word);
       continue;
     }
-    FitJob *j = &jobs[njobs];
-    for (int q = 0; q < n; q++) j->kv[q] = kv[njobs][q];
-    j->n = n;
-    j->total = -1;
-    is_tp[njobs++] = k->make == knob_tp;
-  }
-  if (njobs) replan(ctx, jobs, njobs);
-  bool tp_fits = false; /* the tp rows stop at the first that fits */
-  for (int i = 0; i < njobs; i++) {
-    if (is_tp[i] && tp_fits) continue;
-    int64_t t = jobs[i].total;
+    const char *kvp[KNOB_KV];
+    for (int j = 0; j < n; j++) kvp[j] = kv[j];
+    int64_t t = replan(ctx, kvp, n);
     /* not valid, or no better: under 1% less is no knob (the peak is where that knob does not reach) */
     if (t < 0 || t > p->total - p->total / 100 || nnotes == MAXNOTES) continue;
     char tb[32];
     mib(tb, sizeof tb, (double)t);
-    snprintf(notes[nnotes++], sizeof notes[0], "%.159s: %s per rank, %s", label[i], tb, (double)t <= dev ? "fits" : "does not fit");
-    if (is_tp[i] && (double)t <= dev) tp_fits = true;
+    snprintf(notes[nnotes++], sizeof notes[0], "%s: %s per rank, %s", label, tb, (double)t <= dev ? "fits" : "does not fit");
+    if (k->make == knob_tp && (double)t <= dev) tp_fits = true;
   }
 
   char tot[32], dv[32], big[32];

@@ -11,17 +11,9 @@
 
 #include "module.h"
 
-/* A knob's plan: n extra overrides ("key=value"), and the rank's planned total bytes (MemPlan.total), -1 when
- * that plan is not valid. */
-enum { FIT_KV = 6 };
-typedef struct {
-  const char *kv[FIT_KV];
-  int n;
-  int64_t total;
-} FitJob;
-/* Plans the module again for each job, quietly (the jobs are independent: the driver plans them side by
- * side), filling each total. */
-typedef void (*FitReplan)(void *ctx, FitJob *jobs, int njobs);
+/* Plans the module again with n extra overrides ("key=value"); returns the rank's planned total
+ * bytes (MemPlan.total), or -1 when that plan is not valid. Reports nothing. */
+typedef int64_t (*FitReplan)(void *ctx, const char *const *kv, int n);
 
 /* Whether m's planned memory (MemPlan.total) fits the rank's capacity (memplan_capacity; true when
  * unknown). *total and *capacity (may be NULL) get the two figures: the fit check's, and the plan
