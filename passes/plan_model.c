@@ -314,7 +314,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
        * sums take the shards (the shard, the sum read and written: 3 / the group) where ZeRO-1's accumulate in
        * their GEMMs; fitted on the compiled bandwidth-bound time over ZeRO-1's (GPT-3 tp 8+sp, not coalesced:
        * pp 16 int2 dp 2, pp 8 1f1b rc full dp 4 and 8: 2.98, 2.23 and 1.85 layers a layer and micro-batch,
-       * 1.5 + 3 / dp within 1 %). The compiled figures': outside k_mem's calibration (zfold_s) */
+       * 1.5 + 3 / dp: 3.0, 2.25, 1.875, within 1.4 %). The compiled figures': outside k_mem's calibration (zfold_s) */
       double zf = p_layer * ((scopy > 0 ? 0 : 1.5) + 3 / zg) * lst / cv / dev->bytes_per_s;
       e->zfold_s = zf * accum * cv;
       *ti += (st + scopy / (accum * lst)) * lst / cv + zf + tail; /* (tail: the instruction's last scatters, waited at its end) */
