@@ -373,7 +373,8 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
   double oh = kernels * s->d->op_overhead_s;
   c->t += dt + oh;
   double w = s->mult;
-  if (kind == T_GEMM) s->r->gemm_s += w * dt, s->r->gemm_flop += w * cost_gemm_flop(n);
+  if (kind == T_GEMM)
+    s->r->gemm_s += w * dt, s->r->gemm_flop += w * cost_gemm_flop(n), s->r->gemm_calls += cost_gemm_launches(s->m, n) ? w : 0;
   else if (kind == T_ATTN) s->r->attn_s += w * dt;
   else s->r->mem_s += w * dt;
   s->r->overhead_s += w * oh;
@@ -559,6 +560,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
     if (fstage) fstage[st] = one.gemm_flop;
   }
   r->last_s[0] = last.gemm_s, r->last_s[1] = last.attn_s, r->last_s[2] = last.mem_s, r->last_s[3] = last.overhead_s;
+  r->last_gemm_calls = last.gemm_calls;
   memplan_views_release();
   free(s.ends);
   free(s.carried);

@@ -115,6 +115,8 @@ typedef struct {
   int64_t kernels;        /* kernel calls per step per rank */
   int64_t kernels_by[RT_KC_COUNT]; /* ... by class (runtime/ops/kern_count.h: GEMM, attention, bandwidth-bound) */
   double gemm_flop;       /* the matmul nodes' FLOPs per step per rank (cost_gemm_flop; recomputed ones too) */
+  double gemm_calls, last_gemm_calls; /* ... the GEMMs that pay a launch's fixed time (cost_gemm_launches), the
+                                         busiest stage's and (plan_model_init.c's calibration) the last's */
   double tokens_per_s;
   double mfu;             /* model FLOPs per token (training) x tokens/s / (world x peak) */
 } CostReport;

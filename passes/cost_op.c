@@ -255,9 +255,9 @@ double cost_op_time(const Module *m, const CostDevice *d, const Node *n, bool in
       for (int j = 0; j < 2; j++)
         if (cold_operand(n->in[j]) || (n->in[j]->def->op == OP_RESHAPE && cold_operand(n->in[j]->def->in[0])))
           cold += cost_value_bytes(n->in[j]) / d->gemm_cold_bytes_per_s;
-    /* rate gemm_flops x fl / (fl + half); the epilogue's own bytes after the main loop, not hidden by it. The
-     * second of a sibling pair (passes/hfuse.c) is the batched launch's second half: no fixed time of its own */
-    double half = m->target == TARGET_CUDA && n->a.hfuse == 2 ? 0 : d->gemm_half_flops;
+    /* rate gemm_flops x fl / (fl + half) (a sibling pair's second: fl alone, cost_gemm_launches); the epilogue's
+     * own bytes after the main loop, not hidden by it */
+    double half = cost_gemm_launches(m, n) ? d->gemm_half_flops : 0;
     /* and per element: C's pass (beta, the stores) and the packing of A and B, beside the FLOPs (small k) */
     double elems = d->gemm_out_s * (double)ir_numel(&n->out[0]->shape) +
                    d->gemm_in_s * (double)(ir_numel(&n->in[0]->shape) + ir_numel(&n->in[1]->shape));

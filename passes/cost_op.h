@@ -25,6 +25,9 @@ static inline double cost_value_bytes(const Value *v) { return (double)ir_numel(
  * into its persistent bf16 copy, which the CUDA update's own kernel stores (ir_update_casts_copy): it
  * reads nothing (the update's registers). */
 double cost_op_time(const Module *m, const CostDevice *d, const Node *n, bool in_update, double extra, TimeKind *kind);
+/* Whether a matmul node of m pays a GEMM's fixed time (CostDevice.gemm_half_flops): the second of a sibling pair
+ * (passes/hfuse.c) is the batched launch's second half, no fixed time of its own. */
+static inline bool cost_gemm_launches(const Module *m, const Node *n) { return !(m->target == TARGET_CUDA && n->a.hfuse == 2); }
 /* A matmul node's FLOPs: 2 x its output's elements x the contraction (what the CPU runtime's rt_matmul_* count). */
 double cost_gemm_flop(const Node *n);
 

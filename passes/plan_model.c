@@ -135,10 +135,14 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   /* ---- compute (the last stage: its layers and the head) per step ---- */
   double rec_gemm = c->rec == RECOMPUTE_FULL ? 4.0 / 3.0 : 1.0;
   double gemm_layers = accum * tok / tp * 6 * pm->pl_mat * lst; /* the layers' GEMMs, once */
-  double gemm_f = gemm_layers * rec_gemm + accum * tok / tp * 6 * pm->vocab * d;
-  double gsize = 2 * tok * d * d / tp; /* a typical GEMM's FLOPs: the rate at that size */
-  double grate = dev->gemm_flops * (dev->gemm_half_flops > 0 ? gsize / (gsize + dev->gemm_half_flops) : 1);
-  e->gemm_s = pm->k_gemm * gemm_f / grate;
+  /* each GEMM its FLOPs at gemm_flops and a fixed time (passes/cost_op.c): a layer's launches as the base plan's
+   * compiled (pm->gemm_calls), the head's 3 (the logits, their input's and weight's gradients). (The fixed time
+   * was taken from a "typical" GEMM, 2 tok d^2 / tp FLOPs: 3 x a GPT layer's launches, a mis-scaled share that
+   * put GPT-3's mb 4 plans at 0.92 of the compiled step and its mb 2 at 0.96, the base's mb 1) */
+  double fix = dev->gemm_flops > 0 ? dev->gemm_half_flops / dev->gemm_flops : 0;
+  double gl_s = pm->k_gemm * (gemm_layers / dev->gemm_flops + accum * lst * pm->gemm_calls * fix); /* the layers' once */
+  double head_g = pm->k_gemm * (tok / tp * 6 * pm->vocab * d / dev->gemm_flops + 3 * fix); /* a micro-batch's */
+  e->gemm_s = gl_s * rec_gemm + accum * head_g;
   double attn_once = accum * lst * tok / tp * 7 * pm->seq * d;
   double attn_f = attn_once * (c->rec == RECOMPUTE_NONE ? 1 : 8.0 / 7.0);
   e->attn_s = dev->attn_flops > 0 ? pm->k_attn * attn_f / dev->attn_flops : 0;
@@ -179,7 +183,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   bool full = c->rec == RECOMPUTE_FULL, zb = c->sched == SCHED_ZB;
   /* a layer's compute a micro-step: its GEMMs, attention, elementwise bytes and kernels; the backward's
    * part (full recompute: the forward again in it); under zb W's, the weight-gradient GEMMs */
-  double lay = (pm->k_gemm * gemm_layers * rec_gemm / grate + e->attn_s +
+  double lay = (gl_s * rec_gemm + e->attn_s +
                 pm->k_mem * accum * lst * unit * mem_units[r] / sp_div / dev->bytes_per_s +
                 pm->k_kern * accum * lst * kern_layer[r] * dev->op_overhead_s) / (accum * lst);
   double fwd = lay / (full ? 4 : 3);
@@ -188,7 +192,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     int n = dp_link(c, dev, dpn, &bw, &lat);
     /* (under pp the pass's decision on the B, zb: W, loop's body, a chunk's layers, where the stall model
      * times it: a tensor list) */
-    double body = c->pp <= 1 || !pm->nlt ? -1 : zb ? pm->k_gemm * gemm_layers / grate / (accum * lst) / 3 : lay - fwd;
+    double body = c->pp <= 1 || !pm->nlt ? -1 : zb ? gl_s / (accum * lst) / 3 : lay - fwd;
     e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, defer, body, !zb,
                            lst / (c->sched == SCHED_INTERLEAVED ? c->v : 1), &copy_s, &bcopy_s, &flat, &gather_pt);
     if (c->pp > 1) gather += flat;
@@ -261,12 +265,12 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * of the micro-batch, / tp with sp) over its bandwidth, the node's network shared by the stage's
      * ranks on it when the stages' ranks are on different nodes (pp is the outermost axis). */
     double cv = c->v;
-    double sg = pm->k_gemm / grate, sa = dev->attn_flops > 0 ? pm->k_attn / dev->attn_flops : 0;
+    double sa = dev->attn_flops > 0 ? pm->k_attn / dev->attn_flops : 0;
     double sm = pm->k_mem / dev->bytes_per_s, ko = pm->k_kern * dev->op_overhead_s;
     double el = sm * lst / cv * unit / sp_div, el0 = el * mem_units[RECOMPUTE_NONE], elr = el * mem_units[r];
     double wb = sm * p_layer * lst / cv / 4; /* per byte of a parameter at the compute precision */
     double kern = ko * lst / cv * kern_layer[r];
-    double g1 = sg * gemm_layers / accum / cv / 3, a1 = sa * attn_once / accum / cv;
+    double g1 = gl_s / accum / cv / 3, a1 = sa * attn_once / accum / cv;
     double ring = ring_s(unit, 2, c->tp, dev->link[0].bytes_per_s, dev->link[0].latency_s) * lst / cv;
     double ntp = c->rec == RECOMPUTE_FULL ? 6 : 4, cpr = 0;
     if (c->cp > 1) {
@@ -326,7 +330,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     if (zpp) zero3_pp_edges(pm, c, zn, zbw, zlat, &ze[0], &ze[1], &ze[2]);
     double per = lst / cv; /* a chunk's layers */
     double emb = sm * (2 * unit + pm->vocab / tp * d * cb) + 4 * ko;
-    double headf = sg * tok / tp * 6 * pm->vocab * d + sm * tok * pm->vocab / tp * 16 + ko * KERN_HEAD + 2 * ring * cv / lst;
+    double headf = head_g + sm * tok * pm->vocab / tp * 16 + ko * KERN_HEAD + 2 * ring * cv / lst;
     double merge = sm * pm->vocab / tp * d * (cb + 8) + 4 * ko; /* the head's and the embedding's gradients */
     int rps = c->dp * c->cp * c->tp;
     const CostLink *pl = &dev->link[rps >= dpn && dpn > 1 ? 1 : 0];
@@ -335,9 +339,15 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       double raw[PP_KEYS] = {[PK_B] = tb, [PK_W] = tw, [PK_F0] = sm * 2 * unit + 2 * ko + ze[0], [PK_B0] = emb + ze[1], [PK_FL] = headf + ze[2],
                              [PK_MERGE] = merge, [PK_LAT] = pl->latency_s,
                              [PK_RECV] = pl->bytes_per_s > 0 ? unit / (c->sp ? tp : 1) * share / pl->bytes_per_s : 0};
-      e->bal_f = tf / per, e->bal_b = (tb + tw) / per;
+      /* the balance's layer as the stage pass prices it (passes/pipe_balance.c), before the recompute and ZeRO
+       * passes: rc none's F and B (the weights read in each, B's GEMMs two thirds), no gathers nor their copies */
+      double kern0 = ko * lst / cv * kern_layer[RECOMPUTE_NONE];
+      double sf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern0 / 2 + 2 * ring + cpr + c->cp * cpm;
+      double sb = 2 * g1 + a1 * 2 / 3 + el0 / 2 + 2 * wb * cb + kern0 / 2 + 2 * ring + 2 * cpr + (c->cp - 1) * cpm;
+      e->bal_f = pm->k_bal[0] * sf / per, e->bal_b = pm->k_bal[1] * sb / per;
       /* (the ends' times as the stage pass's balance has them, without ZeRO-3's edges: balance_figures) */
-      e->bal_f0 = raw[PK_F0] - ze[0], e->bal_b0 = raw[PK_B0] - ze[1], e->bal_fl = raw[PK_FL] - ze[2];
+      e->bal_f0 = pm->k_bal[2] * (raw[PK_F0] - ze[0]), e->bal_b0 = pm->k_bal[3] * (raw[PK_B0] - ze[1]);
+      e->bal_fl = pm->k_bal[4] * (raw[PK_FL] - ze[2]);
       for (int i = 0; i < PP_KEYS; i++) lkey0[i] = pp_round(raw[i] / tf);
       if (n) { /* the first and the last stage hold their own layers, the others the slowest's */
         raw[PK_F0] += ((double)n[0] - lmaxc) * tf / per;

@@ -49,6 +49,8 @@ typedef struct {
                                     its last [1] (the head, the final norm; a tied embedding: both) */
   double pl_mat;              /* one layer's matrix parameters (elements): 6 x FLOPs per token */
   int nl_mat;                 /* one layer's matrix parameters (tensors): GEMMs that accumulate their gradients */
+  double gemm_calls;          /* one layer's GEMM launches a micro-batch, forward and backward without recompute
+                                 (each pays the device's fixed time): the base plan's compiled (plan_model_init.c) */
   /* one layer's parameters in the order its forward first reads them (the backward makes their gradients
    * in the reverse order, and ZeRO-2/3 reduce-scatters them so): elements, split by tp, a matrix (else a
    * norm's gain), read before the layer's attention; nlt 0: not found in the base (no timing by them) */
@@ -60,6 +62,8 @@ typedef struct {
                                  `defer_waits auto`'s decision (plan_model_estimate) */
   int ntensors;               /* parameter tensors (optimizer kernels) */
   double k_gemm, k_attn, k_mem, k_kern; /* calibration: compiled / analytic at the base plan */
+  double k_bal[5];            /* ... and of the balance's figures (PlanEstimate.bal_f, _b, _f0, _b0, _fl): the stage
+                                 pass's at a pipelined base (PipeBalance: its cost model before fusion) / the model's */
   double off_d2h, off_h2d, off_host; /* plan offload: the base plan's compiled bytes downloaded, uploaded and
                                         read + written by the host per byte of its shard (CostReport) */
   double off_copies[2];       /* ... and its copies per step (device -> host, host -> device), all stages' */

@@ -4,10 +4,26 @@
  * the analytic time against the base plan's compiled cost model (plan_model.c's estimate of the base plan). */
 #include "plan_model.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "plan_model_int.h"
 #include "plan_search.h"
+
+/* The model's estimate of the base plan c, its stages as compiled: the model's compute is the last stage's, its
+ * layers and the head, so (uneven stages) each virtual stage the last stage's chunk at its place (not the model's
+ * own split's slowest; the busiest compiled stage's parts, compute and waits, moved with its waits). */
+static void base_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, PlanEstimate *e) {
+  const MeshMap *mm = base->mesh;
+  int nv = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
+  if (c->pp > 1 && mm->stage_rows[0] && nv <= RT_MAX_STAGES) {
+    int64_t n[RT_MAX_STAGES];
+    for (int kk = 0; kk < nv; kk++) n[kk] = mm->stage_rows[(kk / c->pp) * c->pp + c->pp - 1];
+    plan_model_estimate_split(pm, base, dev, c, n, e);
+  } else {
+    plan_model_estimate(pm, base, dev, c, e);
+  }
+}
 
 void plan_model_free(PlanModel *pm) {
   pp_profiles_free(pm);
@@ -215,6 +231,8 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   pm->cb = base->recipe.precision == PREC_BF16 ? 2 : 4;
   /* calibration at the base plan: its compiled cost model over the analytic figures */
   pm->k_gemm = pm->k_attn = pm->k_mem = pm->k_kern = 1;
+  for (int i = 0; i < 5; i++) pm->k_bal[i] = 1;
+  pm->gemm_calls = 3.0 * pm->nl_mat; /* (no compiled base: a matrix's forward, input- and weight-gradient GEMMs) */
   const MeshMap *mm = base->mesh;
   if (!mm || !base->memplan) return;
   PlanCand c = {.tp = mm->dim[RT_AX_TP], .pp = mm->dim[RT_AX_PP], .cp = mm->dim[RT_AX_CP], .dp = mm->dim[RT_AX_DP],
@@ -223,17 +241,18 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
                 .v = base->plan.interleave > 1 ? base->plan.interleave : 1};
   CostReport r;
   cost_estimate(base, dev, &r);
-  PlanEstimate e;
-  plan_model_estimate(pm, base, dev, &c, &e);
-  /* the same work on both sides: the model's compute is the last stage's, its layers and the head, so the
-   * compiled last stage's parts over the model's with that stage's layers as compiled (uneven stages: not the
-   * model's own split's slowest; the busiest compiled stage's parts, compute and waits, moved with its waits) */
-  int nv = c.pp * (c.sched == SCHED_INTERLEAVED ? c.v : 1);
-  if (c.pp > 1 && mm->stage_rows[0] && nv <= RT_MAX_STAGES) {
-    int64_t n[RT_MAX_STAGES]; /* (each virtual stage the last stage's chunk at its place: lst its layers) */
-    for (int kk = 0; kk < nv; kk++) n[kk] = mm->stage_rows[(kk / c.pp) * c.pp + c.pp - 1];
-    plan_model_estimate_split(pm, base, dev, &c, n, &e);
+  /* a layer's GEMM launches as compiled (hfuse's pairs one, a full recompute's forward again): the last stage's
+   * a micro-batch, less the head's 3, over its layers (uneven: its chunks' rows) */
+  int nvs = c.pp * (c.sched == SCHED_INTERLEAVED ? c.v : 1);
+  double lst = (double)pm->layers / c.pp;
+  if (c.pp > 1 && mm->stage_rows[0] && nvs <= RT_MAX_STAGES) {
+    lst = 0;
+    for (int kk = c.pp - 1; kk < nvs; kk += c.pp) lst += (double)mm->stage_rows[kk];
   }
+  double calls = (r.last_gemm_calls / (c.accum > 0 ? c.accum : 1) - 3) / lst / (c.rec == RECOMPUTE_FULL ? 4.0 / 3 : 1);
+  if (lst > 0 && calls >= 1 && isfinite(calls)) pm->gemm_calls = calls;
+  PlanEstimate e;
+  base_estimate(pm, base, dev, &c, &e);
   double *k[4] = {&pm->k_gemm, &pm->k_attn, &pm->k_mem, &pm->k_kern};
   /* (ZeRO-2/3's packing under pp is the compiled figures' already: e.zfold_s, outside k_mem) */
   double got[4] = {r.last_s[0], r.last_s[1], r.last_s[2] - e.zfold_s, r.last_s[3]};
@@ -243,6 +262,18 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
       double f = got[i] / ana[i];
       *k[i] = f < 0.2 ? 0.2 : f > 5 ? 5 : f;
     }
+  /* the balance's figures: the stage pass's (passes/pipe_balance.c prices the program before fusion, recompute and
+   * ZeRO) over the model's at the base, now calibrated. GPT-2 124M tp 2+sp pp 2 int2 mb 16: a layer's F + B 0.84 x
+   * the stage pass's (its kernels unfused), the head 1.07 x: 3.75 layers for its 2.98, the split [4, 3, 4, 1] for
+   * the compile's [3, 4, 4, 1] and the memory 1.11 x the compiled */
+  const PipeBalance *pb = base->pipe_balance;
+  if (c.pp > 1 && pb) {
+    base_estimate(pm, base, dev, &c, &e);
+    double got_b[5] = {pb->layer_f, pb->layer_b, pb->first_f, pb->first_b, pb->last_f};
+    double ana_b[5] = {e.bal_f, e.bal_b, e.bal_f0, e.bal_b0, e.bal_fl};
+    for (int i = 0; i < 5; i++)
+      if (got_b[i] > 0 && ana_b[i] > 0) pm->k_bal[i] = fmin(5, fmax(0.2, got_b[i] / ana_b[i]));
+  }
   if (base->plan.offload && e.shard > 0) { /* the compiled copies and host work, per byte of the shard */
     pm->off_d2h = r.d2h_bytes / e.shard;
     pm->off_h2d = r.h2d_bytes / e.shard;
