@@ -37,7 +37,7 @@ static bool chunks_ge(const PpLoad *x, const PpLoad *y) {
 }
 
 static void pareto_add(LoadSet *p, PpLoad x) {
-  for (int i = 0; i < p->n; i++) {
+  for (int i = p->n - 1; i >= 0; i--) { /* (the newest first: a schedule's loads repeat, its last the likeliest) */
     const PpLoad *y = &p->v[i];
     if (y->a >= x.a && y->b >= x.b && y->fresh >= x.fresh && y->h >= x.h && y->hf >= x.hf && y->hl >= x.hl && y->last >= x.last && y->first >= x.first && chunks_ge(y, &x)) return;
   }
