@@ -88,7 +88,7 @@ static double zb_unheld(const PlanEstimate *e, double lst) {
 static double cp_ring_ws(bool ring, const PlanCand *c, double unit) { return ring ? 4 * unit / c->tp : 0; }
 
 static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
-                     bool defer, int hold, PlanEstimate *e, double *stage_tot) {
+                     bool defer, int hold, bool wcopy, PlanEstimate *e, double *stage_tot) {
   memset(e, 0, sizeof *e);
   double stage_x[RT_MAX_STAGES] = {0}, peak_x = -1; /* (each stage's most loaded position; the peak's) */
   e->defer = defer;
@@ -116,7 +116,10 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double zg = plan_zero_group(c);                 /* ZeRO's group: dp, under cp dp x cp (passes/zero.c) */
   double zd2 = c->zero >= 2 ? zg : 1, zd1 = c->zero >= 1 ? zg : 1;
   bool persistent;
-  e->cls[MEM_PARAM] = p_rank * plan_param_share(base, c, pm->cb, &persistent);
+  double share = plan_param_share(base, c, pm->cb, &persistent);
+  if (persistent && !wcopy && !base->plan.offload) persistent = false, share = 1; /* (the auto copies dropped) */
+  e->wcopy = persistent;
+  e->cls[MEM_PARAM] = p_rank * share;
   /* ZeRO-2/3: one layer unreduced (see `held` below for the deferred waits) */
   e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0);
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
@@ -149,8 +152,16 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double sp_div = c->sp || tp == 1 ? tp : 1;
   bool off = base->plan.offload;
   e->shard = p_rank / zd1;
-  double bytes = accum * (lst * unit * mem_units[r] / sp_div + p_layer * lst * (cb < 4 ? 18 : 12) / 4 +
-                          tok * pm->vocab / tp * 4 * 4) +
+  /* a micro-step's bytes per layer parameter: bf16 (the CUDA target), the weights' casts where they are made per layer in
+   * the loops (passes/wcast.c: 4 B read and 2 written, forward and backward; not with the persistent copies, nor under
+   * pp, whose casts are per step, nor ZeRO-3's gathered rows) and the f32 gradients of the tensors no weight-gradient
+   * GEMM accumulates (passes/gacc.c: the norms', read and written); f32: 12 B (GPT-2 124M dp 8 mb 8 on an A100,
+   * compiled: the per-layer casts 8.6 ms over the persistent copies' 49.8 a step, 11 B a parameter a micro-step; the
+   * 18 B taken for every bf16 plan put 1.7 s of GPT-3 pp 16's 20.2 s step in casts it does not make) */
+  double p_mat = fmin(p_layer, pm->pl_mat * 4 / tp); /* (f32 bytes: the layer's matrices on a rank) */
+  bool wcast = base->target == TARGET_CUDA && !persistent && c->pp == 1 && c->zero < 3;
+  double pbytes = cb >= 4 ? p_layer * 12 / 4 : (wcast ? p_layer * 12 / 4 : 0) + (p_layer - p_mat) * 2;
+  double bytes = accum * (lst * unit * mem_units[r] / sp_div + lst * pbytes + tok * pm->vocab / tp * 4 * 4) +
                  (off ? 0 : e->shard * (1 + pm->state_ratio) * 3); /* (offload: the update is the host's) */
   e->mem_s = pm->k_mem * bytes / dev->bytes_per_s;
   double cp_merge = 0; /* the CUDA target's ring merges per layer and micro-batch (s) */
@@ -269,6 +280,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double sm = pm->k_mem / dev->bytes_per_s, ko = pm->k_kern * dev->op_overhead_s;
     double el = sm * lst / cv * unit / sp_div, el0 = el * mem_units[RECOMPUTE_NONE], elr = el * mem_units[r];
     double wb = sm * p_layer * lst / cv / 4; /* per byte of a parameter at the compute precision */
+    double wr = cb < 4 ? 0 : wb * cb; /* F's and B's: f32 (bf16: the casts are per step under pp) */
     double kern = ko * lst / cv * kern_layer[r];
     double g1 = gl_s / accum / cv / 3, a1 = sa * attn_once / accum / cv;
     double ring = ring_s(unit, 2, c->tp, dev->link[0].bytes_per_s, dev->link[0].latency_s) * lst / cv;
@@ -279,15 +291,14 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       cpr = lst / cv * (c->cp - 1) * (2 * unit / tp / (cp_in ? l->bytes_per_s : l->bytes_per_s / dpn) + l->latency_s);
     }
     double cpm = cp_merge * lst / cv / merges; /* a chunk's ring merges: cp in F, cp - 1 in B (recompute: 2 cp - 1) */
-    tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2 + 2 * ring + cpr + c->cp * cpm + copy_pt * lst / cv;
+    tf = g1 + a1 / 3 + el0 / 2 + wr + kern / 2 + 2 * ring + cpr + c->cp * cpm + copy_pt * lst / cv;
     double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
-                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + hops * cpr + (merges - c->cp) * cpm + copy_pt * lst / cv;
+                (elr - el0) + wr + kern / 2 + (ntp - 2) * ring + hops * cpr + (merges - c->cp) * cpm + copy_pt * lst / cv;
     /* the chunk's layer gradients added to the stage's sums inside the loop making them (W under zb,
      * else B: passes/pipe_fold.c), a layer at a time: a matrix's by its weight-gradient GEMM, which
      * accumulates into the sum (passes/gacc.c: the sum's bytes in the GEMM's, one add kernel fewer),
      * the rest read and written (the gradient, just written, is read back from the cache) */
-    double p_mat = fmin(p_layer, pm->pl_mat * 4 / tp);
-    double tw = g1 + wb * cb + sm * (p_layer - p_mat) * lst / cv * 2 - ko * lst / cv * pm->nl_mat;
+    double tw = g1 + wr + sm * (p_layer - p_mat) * lst / cv * 2 - ko * lst / cv * pm->nl_mat;
     if (c->sched != SCHED_ZB) tb += tw, tw = 0;
     else if (zb_unheld(e, lst) > 0) /* W recomputes its GEMMs' inputs (`zb_w`): the forward's GEMMs but the MLP's last
                                      * (~0.7 of them: GPT 8 of 12 d^2, Llama-3-8B 9.5 of 13) and attention; selective:
@@ -536,7 +547,7 @@ double plan_ana_frag(int pp) { return pp > 1 ? 1.011 : 1.0025; }
 
 void plan_model_estimate_split(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
                                const int64_t *n, PlanEstimate *e) {
-  estimate(pm, base, dev, c, n, e->defer, e->zbw_hold, e, NULL);
+  estimate(pm, base, dev, c, n, e->defer, e->zbw_hold, e->wcopy, e, NULL);
 }
 
 void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
@@ -550,16 +561,26 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
    * the base has it; auto choices taken where the estimate with them is within the capacity, else each
    * dropped alone, the faster of those within it, else both dropped */
   int hold = base->plan.zb_w == ZBW_RECOMPUTE ? 0 : base->plan.zb_w == ZBW_HOLD && base->plan.zb_w_layers > 0 ? base->plan.zb_w_layers : PM_HOLD_ALL;
-  estimate(pm, base, dev, c, NULL, dz, hold, e, NULL);
+  estimate(pm, base, dev, c, NULL, dz, hold, true, e, NULL);
   bool open_h = hold && base->plan.zb_w == ZBW_AUTO && c->sched == SCHED_ZB && c->rec != RECOMPUTE_NONE && c->pp > 1,
        open_d = e->defer && want == DEFER_AUTO;
   double cap = pm->capacity, frag = plan_ana_frag(c->pp);
-  if ((open_h || open_d) && cap > 0 && e->total * frag > cap) {
+  /* `weight_copy auto`'s persistent copies (passes/wshadow.c; pp 1 only, where no hold is): dropped with the deferred
+   * waits where the plan with both does not fit, unless the copies without the waits fit (the copies never cost memory
+   * where taken: the masters split beside them); GPT-3's own plan (pp 1 tp 8 z1, 140 GB with them) makes its casts per
+   * layer, 5.8 of its 23.7 s of compute, which the model took for none, its bandwidth-bound time x 5 (the clamp) */
+  if (e->wcopy && base->plan.weight_copy == WCOPY_AUTO && cap > 0 && e->total * frag > cap) {
+    PlanEstimate ew;
+    if (open_d) estimate(pm, base, dev, c, NULL, false, hold, true, &ew, NULL);
+    if (open_d && ew.total * frag <= cap) *e = ew;
+    else estimate(pm, base, dev, c, NULL, open_d ? false : e->defer, hold, false, e, NULL);
+  } else if ((open_h || open_d) && cap > 0 && e->total * frag > cap) {
     PlanEstimate eh, ed; /* without the hold, without the deferred waits */
     bool fh = false, fd = false;
-    if (open_h) estimate(pm, base, dev, c, NULL, e->defer, 0, &eh, NULL), fh = eh.total * frag <= cap;
-    if (open_d) estimate(pm, base, dev, c, NULL, false, hold, &ed, NULL), fd = ed.total * frag <= cap;
-    if (open_h && open_d && !fh && !fd) estimate(pm, base, dev, c, NULL, false, hold = 0, e, NULL);
+    bool w = e->wcopy;
+    if (open_h) estimate(pm, base, dev, c, NULL, e->defer, 0, w, &eh, NULL), fh = eh.total * frag <= cap;
+    if (open_d) estimate(pm, base, dev, c, NULL, false, hold, w, &ed, NULL), fd = ed.total * frag <= cap;
+    if (open_h && open_d && !fh && !fd) estimate(pm, base, dev, c, NULL, false, hold = 0, w, e, NULL);
     else if (fh && (!fd || eh.step_s <= ed.step_s)) *e = eh, hold = 0;
     else if (fd || !open_h) *e = ed;
     else *e = eh, hold = 0;
@@ -570,7 +591,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
       PlanEstimate ep, best = *e;
       while (hi - lo > 1) {
         int mid = lo + (hi - lo) / 2;
-        estimate(pm, base, dev, c, NULL, e->defer, mid, &ep, NULL);
+        estimate(pm, base, dev, c, NULL, e->defer, mid, e->wcopy, &ep, NULL);
         if (ep.total * frag <= cap) lo = mid, best = ep;
         else hi = mid;
       }
@@ -581,11 +602,11 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   if (!c->bal || !plan_model_balance(pm, c, e, n, NULL)) return;
   double tot[RT_MAX_STAGES] = {0};
   PlanEstimate bal;
-  estimate(pm, base, dev, c, n, e->defer, hold, &bal, tot);
+  estimate(pm, base, dev, c, n, e->defer, hold, e->wcopy, &bal, tot);
   /* `layers(balanced)` against the device's memory as the driver has it (replan.c, stage_memory): where the
    * time-balanced split's largest stage does not fit the capacity (or is the first), the fastest split whose
    * every stage fits by the balance's model with each stage's bytes beyond it (pipe_balance_calibrate) */
-  if (plan_model_balance_fit(pm, c, e, tot, frag, cap, n)) estimate(pm, base, dev, c, n, e->defer, hold, &bal, NULL);
+  if (plan_model_balance_fit(pm, c, e, tot, frag, cap, n)) estimate(pm, base, dev, c, n, e->defer, hold, e->wcopy, &bal, NULL);
   *e = bal;
   e->nsplit = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
   for (int k = 0; k < e->nsplit; k++) e->split[k] = (short)n[k];

@@ -103,6 +103,8 @@ typedef struct {
                             `defer_waits`: zero_defer_taken, auto with this estimate's memory against the capacity) */
   bool zbw_hold;          /* zb under recompute: W holds B's recomputed GEMM inputs (`zb_w`: auto where this
                             estimate's memory with them is within the capacity), else recomputes them */
+  bool wcopy;             /* the weights' persistent bf16 copies (plan_param_share; `weight_copy auto`'s dropped where
+                            the plan does not fit, as the driver's auto_memory) */
   int zbw_layers;         /* ... for the last zbw_layers layers of each stage only (hold(N), or auto's largest that
                             fits where the whole hold does not); 0: all */
   int nsplit;            /* layers(balanced) (PlanCand.bal): the (virtual) stages of split; else 0 */
