@@ -51,6 +51,9 @@ double pp_round(double x);
  * with the stage times key (memoised in pm); zb's over uneven stages lay[pp] (NULL: even) with each stage's. */
 const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
                          const double *list_key, const int64_t *lay, const PpProfile **prof, bool play);
+/* The last stage's busy time (units of F) of profile p's lists with the stage times key unrounded: the play's span
+ * (with the rounded key) scaled by it over the play's busy (plan_model.c). */
+double pp_busy_exact(const PpProfile *p, const double *key);
 void pp_profiles_free(PlanModel *pm);
 void pp_splits_free(PlanModel *pm);
 /* `layers(balanced)` against the device's memory (replan.c's stage_memory, pipe_balance_calibrate) on the

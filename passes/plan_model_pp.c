@@ -97,28 +97,43 @@ static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double 
  * layers), the merge of a
  * micro-batch before the stage's instruction after its last one of it (chunk 0's B; zb: W), each
  * receive's latency and copy. */
+/* Instruction k of stage st's list: its time with the stage times key; *merge: a finished micro-batch's merge after it
+ * (the instruction that ends a micro-batch on the stage, its first chunk's last, and one follows). */
+static double instr_time(const PipeSched *s, int st, int k, const double *key, bool *merge) {
+  int nvs = s->pp * s->v;
+  PipeInstr in = s->list[st][k];
+  int vs = in.chunk * s->pp + st;
+  double d = in.op == 'F' ? 1 : in.op == 'B' ? key[PK_B] : key[PK_W];
+  if (in.op == 'F' && vs == 0) d += key[PK_F0];
+  if (in.op == 'B' && vs == 0) d += key[PK_B0];
+  if (in.op == 'F' && vs == nvs - 1) d += key[PK_FL];
+  if (in.op == 'B' && vs == nvs - 1) d += key[PK_BL];
+  *merge = k + 1 < s->len[st] && in.op == (s->kind == SCHED_ZB ? 'W' : 'B') && in.chunk == 0;
+  return fmax(d, 1.0 / 64);
+}
+
+/* The last stage's instructions and merges with the stage times key (units of F). */
+static double busy_last_of(const PipeSched *s, const double *key) {
+  double busy = 0;
+  bool merge;
+  for (int k = 0; k < s->len[s->pp - 1]; k++) busy += instr_time(s, s->pp - 1, k, key, &merge) + (merge ? key[PK_MERGE] : 0);
+  return busy;
+}
+
 static double play_lists(const PipeSched *s, const PipeStep *order, const double *key, double *busy_last, double *bubble) {
   int pp = s->pp, nvs = pp * s->v;
   PipeTimes pt = pipe_times_new(s, true);
-  char last_op = s->kind == SCHED_ZB ? 'W' : 'B';
   for (int st = 0; st < pp; st++)
     for (int k = 0; k < s->len[st]; k++) {
       PipeInstr in = s->list[st][k];
       int vs = in.chunk * pp + st;
-      double d = in.op == 'F' ? 1 : in.op == 'B' ? key[PK_B] : key[PK_W];
-      if (in.op == 'F' && vs == 0) d += key[PK_F0];
-      if (in.op == 'B' && vs == 0) d += key[PK_B0];
-      if (in.op == 'F' && vs == nvs - 1) d += key[PK_FL];
-      if (in.op == 'B' && vs == nvs - 1) d += key[PK_BL];
-      pt.dur[st][k] = fmax(d, 1.0 / 64);
+      bool merge;
+      pt.dur[st][k] = instr_time(s, st, k, key, &merge);
       if ((in.op == 'F' && vs > 0) || (in.op == 'B' && vs < nvs - 1)) pt.lat[st][k] = key[PK_LAT], pt.recv[st][k] = key[PK_RECV];
-      if (k + 1 < s->len[st] && in.op == last_op && in.chunk == 0) pt.pre[st][k + 1] += key[PK_MERGE];
+      if (merge) pt.pre[st][k + 1] += key[PK_MERGE];
     }
   double b = 0, span = pipe_sched_play_order(s, order, &pt, &b, NULL, NULL);
-  if (busy_last) {
-    *busy_last = 0;
-    for (int k = 0; k < s->len[pp - 1]; k++) *busy_last += pt.dur[pp - 1][k] + pt.pre[pp - 1][k];
-  }
+  if (busy_last) *busy_last = busy_last_of(s, key);
   if (bubble) *bubble = b;
   pipe_times_free(s, &pt);
   return span;
@@ -268,6 +283,11 @@ const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v,
   if (p->order) q->span = play_lists(&p->s, p->order, key, &q->busy, &q->bubble);
   else q->span = q->busy = (double)M * v * pp * (1 + key[PK_B] + key[PK_W]), q->bubble = 1 - 1.0 / pp; /* one stage at a time */
   return q;
+}
+
+double pp_busy_exact(const PpProfile *p, const double *key) {
+  if (!p->order) return (double)p->M * p->v * p->pp * (1 + key[PK_B] + key[PK_W]); /* (one stage at a time: as pp_profile) */
+  return busy_last_of(&p->s, key);
 }
 
 /* Frees the schedules' profiles met so far (plan_model_free). */
