@@ -174,8 +174,10 @@ echo "$out" | has "^# BUG" && bad "tiny: the memory bound is above a compiled pl
 # bound is parameters x share / (tp pp) + state / (tp pp dp cp) under ZeRO-1/2, which shards over dp x cp;
 # under bf16 on the CUDA target the parameters' device share is the bf16 copies (1/2) beside the f32
 # masters split over dp x cp (passes/zero_master.c; plan_param_share): 650.5 GiB x (1/128 + 1/2) / 8 +
-# 1300.9 GiB / 1024 = 42.6 GiB for dp 16 tp 8 cp 8 z2 (82.6 with whole f32 masters), and no compiled plan
-# needs less than its bound. The whole search
+# 1300.9 GiB / 1024 = 42.6 GiB for dp 16 tp 8 cp 8 z2 (82.6 with whole f32 masters), the example until 2026-11-29;
+# now (the best-estimated candidate over the bound) dp 8 tp 8 pp 2 cp 8 z2, whose masters are whole (no persistent
+# copies under pp): 650.5 GiB / 16 + 1300.9 GiB / 1024 = 41.9 GiB (the dp 16 one still with -D pp=1); and no compiled
+# plan needs less than its bound. The whole search
 # (every candidate through the analytic model, the best compiled to confirm it) returns a confirmed
 # plan with pp within its CPU budget (this machine is shared: its wall time measures the load),
 # the analytic memory of every compiled pp plan within 10 % of the memory plan's.
@@ -215,8 +217,12 @@ echo "$out" | has '^shardc: error: plan search: no candidate confirmed: [0-9]* f
   bad "GPT-3 with --compile-limit 1: $(echo "$out" | tail -1)"
 echo "$out" | has 'refused: compile over its time limit' || bad "GPT-3 with --compile-limit 1: no compile over its limit in the table"
 line=$(echo "$out" | grep '^# over the memory bound, e.g. ')
-echo "$line" | has "e.g. dp 16 tp 8+sp cp 8 z2 rc full mb 1: its parameters and optimizer state need at least 42.6 GiB per rank (650.5 GiB of parameters x 0.508 on the device (the bf16 copies and the masters split) and 1300.9 GiB of state over tp x pp, the state x dp x cp) over 40.0 GiB" ||
+echo "$line" | has "e.g. dp 8 tp 8+sp pp 2 1f1b cp 8 z2 rc full mb 1: its parameters and optimizer state need at least 41.9 GiB per rank (650.5 GiB of parameters and 1300.9 GiB of state over tp x pp, the state x dp x cp) over 40.0 GiB" ||
   bad "GPT-3's memory bound: '$line'"
+line=$("$shardc" plan models/gpt3-175b.model --target cuda --topology models/topo/p4d-x128.topo --search --budget 1 -D pp=1 2>&1 |
+  grep '^# over the memory bound, e.g. ') # (pp 1: the copies' share)
+echo "$line" | has "e.g. dp 16 tp 8+sp cp 8 z2 rc full mb 1: its parameters and optimizer state need at least 42.6 GiB per rank (650.5 GiB of parameters x 0.508 on the device (the bf16 copies and the masters split) and 1300.9 GiB of state over tp x pp, the state x dp x cp) over 40.0 GiB" ||
+  bad "GPT-3's memory bound at pp 1: '$line'"
 nb=$(echo "$out" | sed -n 's/.* \([0-9]*\) of those since their parameters and optimizer state alone exceed.*/\1/p')
 [ "${nb:-0}" -gt 1000 ] || bad "GPT-3: only '${nb:-}' candidates over the memory bound"
 echo "$out" | has "^# BUG" && bad "GPT-3: $(echo "$out" | grep '^# BUG')"
