@@ -157,7 +157,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * pp, whose casts are per step, nor ZeRO-3's gathered rows) and the f32 gradients of the tensors no weight-gradient
    * GEMM accumulates (passes/gacc.c: the norms', read and written); f32: 12 B (GPT-2 124M dp 8 mb 8 on an A100,
    * compiled: the per-layer casts 8.6 ms over the persistent copies' 49.8 a step, 11 B a parameter a micro-step; the
-   * 18 B taken for every bf16 plan put 1.7 s of GPT-3 pp 16's 20.2 s step in casts it does not make) */
+   * 18 B taken for every bf16 plan calibrated k_mem to its floor, 0.2, at a pipelined base; docs/planner.md "the
+   * parameters' bytes") */
   double p_mat = fmin(p_layer, pm->pl_mat * 4 / tp); /* (f32 bytes: the layer's matrices on a rank) */
   bool wcast = base->target == TARGET_CUDA && !persistent && c->pp == 1 && c->zero < 3;
   double pbytes = cb >= 4 ? p_layer * 12 / 4 : (wcast ? p_layer * 12 / 4 : 0) + (p_layer - p_mat) * 2;
@@ -280,7 +281,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double sm = pm->k_mem / dev->bytes_per_s, ko = pm->k_kern * dev->op_overhead_s;
     double el = sm * lst / cv * unit / sp_div, el0 = el * mem_units[RECOMPUTE_NONE], elr = el * mem_units[r];
     double wb = sm * p_layer * lst / cv / 4; /* per byte of a parameter at the compute precision */
-    double wr = cb < 4 ? 0 : wb * cb; /* F's and B's: f32 (bf16: the casts are per step under pp) */
+    /* F's and B's weights read: f32 (bf16: cast once a step under pp, the GEMMs read the copies; GPT-3 pp 16's last
+     * stage 0.45-0.75 s of bandwidth-bound work a step, 1.7 s of such reads in the model) */
+    double wr = cb < 4 ? 0 : wb * cb;
     double kern = ko * lst / cv * kern_layer[r];
     double g1 = gl_s / accum / cv / 3, a1 = sa * attn_once / accum / cv;
     double ring = ring_s(unit, 2, c->tp, dev->link[0].bytes_per_s, dev->link[0].latency_s) * lst / cv;
