@@ -35,6 +35,7 @@ struct PpProfile {
   short lay[RT_MAX_STAGES]; /* zb over uneven stages: each stage's layers, its F, B and W scaled by them over the
                                largest's (the pipe pass's lists are made with each stage's own times); else 0 */
   PipeSched s;            /* the lists */
+  int nlast[6];           /* the last stage's instructions: F, B, W, the last chunk's F and B, merges (pp_busy_exact) */
   PipeStep *order;        /* pipe_sched_check's order of them */
   PpLoad *load;
   int *inflight;          /* [pp]: the most micro-batches in flight per stage (pipe_sched_inflight) */

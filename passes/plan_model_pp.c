@@ -120,6 +120,21 @@ static double busy_last_of(const PipeSched *s, const double *key) {
   return busy;
 }
 
+/* The last stage's instructions of p's lists by what they cost (PpProfile.nlast), for pp_busy_exact. */
+static void count_last(PpProfile *p) {
+  const PipeSched *s = &p->s;
+  int st = s->pp - 1, nvs = s->pp * s->v;
+  for (int k = 0; k < s->len[st]; k++) {
+    PipeInstr in = s->list[st][k];
+    static const double none[PP_KEYS];
+    bool last = in.chunk * s->pp + st == nvs - 1, merge;
+    instr_time(s, st, k, none, &merge); /* (its merge) */
+    p->nlast[in.op == 'F' ? 0 : in.op == 'B' ? 1 : 2]++;
+    if (last && in.op != 'W') p->nlast[in.op == 'F' ? 3 : 4]++;
+    if (merge) p->nlast[5]++;
+  }
+}
+
 static double play_lists(const PipeSched *s, const PipeStep *order, const double *key, double *busy_last, double *bubble) {
   int pp = s->pp, nvs = pp * s->v;
   PipeTimes pt = pipe_times_new(s, true);
@@ -220,6 +235,7 @@ static void pp_loads(PpProfile *p, const double *key) {
   }
   if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
   else free(order);
+  count_last(p);
   free(a), free(left), free(hm), free(hmf), free(hml), free(bw), free(fr), free(ac);
 }
 
@@ -287,7 +303,8 @@ const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v,
 
 double pp_busy_exact(const PpProfile *p, const double *key) {
   if (!p->order) return (double)p->M * p->v * p->pp * (1 + key[PK_B] + key[PK_W]); /* (one stage at a time: as pp_profile) */
-  return busy_last_of(&p->s, key);
+  const int *n = p->nlast; /* (busy_last_of's sum, its terms counted once: F, B, W, the last chunk's F and B, merges) */
+  return n[0] + n[1] * key[PK_B] + n[2] * key[PK_W] + n[3] * key[PK_FL] + n[4] * key[PK_BL] + n[5] * key[PK_MERGE];
 }
 
 /* Frees the schedules' profiles met so far (plan_model_free). */
