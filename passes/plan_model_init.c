@@ -12,16 +12,16 @@
 
 /* The model's estimate of the base plan c, its stages as compiled: the model's compute is the last stage's, its
  * layers and the head, so (uneven stages) each virtual stage the last stage's chunk at its place (not the model's
- * own split's slowest; the busiest compiled stage's parts, compute and waits, moved with its waits). */
+ * own split's slowest; the busiest compiled stage's parts, compute and waits, moved with its waits), with the
+ * even estimate's decisions (its deferred waits, zb's hold, the weights' copies). */
 static void base_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, PlanEstimate *e) {
   const MeshMap *mm = base->mesh;
   int nv = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
+  plan_model_estimate(pm, base, dev, c, e);
   if (c->pp > 1 && mm->stage_rows[0] && nv <= RT_MAX_STAGES) {
     int64_t n[RT_MAX_STAGES];
     for (int kk = 0; kk < nv; kk++) n[kk] = mm->stage_rows[(kk / c->pp) * c->pp + c->pp - 1];
     plan_model_estimate_split(pm, base, dev, c, n, e);
-  } else {
-    plan_model_estimate(pm, base, dev, c, e);
   }
 }
 
