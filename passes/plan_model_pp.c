@@ -92,11 +92,6 @@ static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double 
   return s;
 }
 
-/* Lists s (checked: order) played with key's times: each instruction its stage's F, B or W (a chunk's;
- * the first virtual stage's F and B with the embedding, the last's F with the head, its B with its own
- * layers), the merge of a
- * micro-batch before the stage's instruction after its last one of it (chunk 0's B; zb: W), each
- * receive's latency and copy. */
 /* Instruction k of stage st's list: its time with the stage times key; *merge: a finished micro-batch's merge after it
  * (the instruction that ends a micro-batch on the stage, its first chunk's last, and one follows). */
 static double instr_time(const PipeSched *s, int st, int k, const double *key, bool *merge) {
@@ -135,6 +130,11 @@ static void count_last(PpProfile *p) {
   }
 }
 
+/* Lists s (checked: order) played with key's times: each instruction its stage's F, B or W (a chunk's;
+ * the first virtual stage's F and B with the embedding, the last's F with the head, its B with its own
+ * layers), the merge of a
+ * micro-batch before the stage's instruction after its last one of it (chunk 0's B; zb: W), each
+ * receive's latency and copy. */
 static double play_lists(const PipeSched *s, const PipeStep *order, const double *key, double *busy_last, double *bubble) {
   int pp = s->pp, nvs = pp * s->v;
   PipeTimes pt = pipe_times_new(s, true);
