@@ -65,7 +65,7 @@ static void zb_replay(Zb *z, int *tree, int n, int st) {
   for (int i = (n + st) / 2; i >= 1; i /= 2) tree[i] = zb_better(z, tree[2 * i], tree[2 * i + 1]);
 }
 
-static PipeSched make_zb(int pp, int nmb, const double *t) {
+static PipeSched make_zb(int pp, int nmb, const double *t, double *span) {
   PipeSched s = {pp, nmb, 1, SCHED_ZB, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(PipeInstr *))};
   Zb z = {pp, nmb, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(int)),
           calloc((size_t)pp, sizeof(double)), malloc((size_t)(pp * nmb) * sizeof(double)),
@@ -112,6 +112,10 @@ static PipeSched make_zb(int pp, int nmb, const double *t) {
       zb_replay(&z, tree, n, other);
     }
   }
+  if (span) { /* (its play with t, transfers free: each instruction started as soon as it could, as here) */
+    *span = 0;
+    for (int st = 0; st < pp; st++) *span = fmax(*span, z.clock[st]);
+  }
   free(tree);
   free(z.f);
   free(z.w);
@@ -153,42 +157,89 @@ static PipeSched make_zb_h1(int pp, int nmb) {
   return s;
 }
 
-/* The span of s played with times t (transfers free). */
-static double span_of(const PipeSched *s, const double *t) {
-  return pipe_sched_timeline(s, t, t + s->pp, t + 2 * s->pp, NULL, NULL, NULL);
+/* The span of s played with times t (transfers free), in order (NULL: pipe_sched_check's). */
+static double span_of(const PipeSched *s, const PipeStep *order, const double *t) {
+  PipeTimes pt = pipe_times_new(s, false);
+  for (int st = 0; st < s->pp; st++)
+    for (int k = 0; k < s->len[st]; k++) {
+      char op = s->list[st][k].op;
+      pt.dur[st][k] = t[(op == 'F' ? 0 : op == 'B' ? 1 : 2) * s->pp + st];
+    }
+  double span = order ? pipe_sched_play_order(s, order, &pt, NULL, NULL, NULL) : pipe_sched_play(s, &pt, NULL, NULL, NULL);
+  pipe_times_free(s, &pt);
+  return span;
+}
+
+/* A copy of s (heap). */
+static PipeSched sched_copy(const PipeSched *s) {
+  PipeSched c = *s;
+  c.len = malloc((size_t)s->pp * sizeof *c.len);
+  c.list = malloc((size_t)s->pp * sizeof *c.list);
+  if (!c.len || !c.list) die("out of memory");
+  for (int st = 0; st < s->pp; st++) {
+    c.len[st] = s->len[st];
+    size_t cap = (size_t)(s->len[st] > 3 * s->nmb ? s->len[st] : 3 * s->nmb) + 1; /* (as the makers allocate) */
+    if (!(c.list[st] = calloc(cap, sizeof **c.list))) die("out of memory");
+    memcpy(c.list[st], s->list[st], (size_t)s->len[st] * sizeof **c.list);
+  }
+  return c;
+}
+
+void pipe_sched_zb_fixed(int pp, int nmb, PipeZbFixed *f) {
+  f->s[0] = make_zb(pp, nmb, NULL, NULL);
+  f->s[1] = make_zb_h1(pp, nmb);
+  for (int c = 0; c < 2; c++) {
+    int total = 0;
+    for (int st = 0; st < pp; st++) total += f->s[c].len[st];
+    char msg[256];
+    if (!(f->order[c] = calloc((size_t)total + 1, sizeof *f->order[c]))) die("out of memory");
+    if (!pipe_sched_check(&f->s[c], 1, f->order[c], msg, sizeof msg)) die("pipe_sched_zb_fixed: %s", msg);
+  }
+}
+
+void pipe_sched_zb_fixed_free(PipeZbFixed *f) {
+  for (int c = 0; c < 2; c++) pipe_sched_free(&f->s[c]), free(f->order[c]);
 }
 
 /* zb's lists for times t (NULL: equal): of the candidates, the greedy lists made with t, the greedy
- * lists made with equal times and ZB-H1's, the one with the shortest span played with t, the earlier
- * on a tie. The greedy maker is not monotone in its times: with F, B and W within a few percent of
- * each other its choices can leave more idle than the equal-time lists do (GPT-3's stages at pp 32
- * x 192 micro-batches, B = 1.02 F, W = 0.91 F: 11.8 % idle against 9.7 %), while where W is well
- * below F and B the timed lists win (W = F / 2 at pp 4 x 8: 18.4 % against 29.8 %); ZB-H1's reach
- * (pp-1)/(3M+pp-1) with equal times where the greedy ones leave more at pp > 2. */
-static PipeSched zb_best(int pp, int nmb, const double *times) {
-  PipeSched best = make_zb(pp, nmb, times);
+ * lists made with equal times and ZB-H1's (fixed: pipe_sched_zb_fixed), the one with the shortest span
+ * played with t, the earlier on a tie. The greedy maker is not monotone in its times: with F, B and W
+ * within a few percent of each other its choices can leave more idle than the equal-time lists do
+ * (GPT-3's stages at pp 32 x 192 micro-batches, B = 1.02 F, W = 0.91 F: 11.8 % idle against 9.7 %),
+ * while where W is well below F and B the timed lists win (W = F / 2 at pp 4 x 8: 18.4 % against
+ * 29.8 %); ZB-H1's reach (pp-1)/(3M+pp-1) with equal times where the greedy ones leave more at pp > 2. */
+PipeSched pipe_sched_zb_among(int pp, int nmb, const double *times, const PipeZbFixed *f) {
   double *eq = NULL;
   if (!times) {
     if (!(eq = malloc(3 * (size_t)pp * sizeof *eq))) die("out of memory");
     for (int i = 0; i < 3 * pp; i++) eq[i] = 1;
   }
   const double *t = times ? times : eq;
-  double span = span_of(&best, t);
+  double span;
+  PipeSched best = times ? make_zb(pp, nmb, times, &span) : sched_copy(&f->s[0]); /* (the greedy lists, equal times) */
+  if (!times) span = span_of(&best, f->order[0], t);
+  int won = -1;
   for (int c = times ? 0 : 1; c < 2; c++) {
-    PipeSched o = c == 0 ? make_zb(pp, nmb, NULL) : make_zb_h1(pp, nmb);
-    double so = span_of(&o, t);
-    if (so < span * (1 - 1e-12)) {
-      pipe_sched_free(&best);
-      best = o, span = so;
-    } else {
-      pipe_sched_free(&o);
-    }
+    double so = span_of(&f->s[c], f->order[c], t);
+    if (so < span * (1 - 1e-12)) won = c, span = so;
+  }
+  if (won >= 0) {
+    pipe_sched_free(&best);
+    best = sched_copy(&f->s[won]);
   }
   free(eq);
   return best;
 }
 
-PipeSched pipe_sched_zb_greedy(int pp, int nmb, const double *times) { return make_zb(pp, nmb, times); }
+static PipeSched zb_best(int pp, int nmb, const double *times) {
+  PipeZbFixed f;
+  pipe_sched_zb_fixed(pp, nmb, &f);
+  PipeSched s = pipe_sched_zb_among(pp, nmb, times, &f);
+  pipe_sched_zb_fixed_free(&f);
+  return s;
+}
+
+PipeSched pipe_sched_zb_greedy(int pp, int nmb, const double *times) { return make_zb(pp, nmb, times, NULL); }
 
 PipeSched pipe_sched_make_timed(PipeSchedule kind, int pp, int nmb, int v, const double *times) {
   if (kind != SCHED_ZB) return pipe_sched_make(kind, pp, nmb, v);

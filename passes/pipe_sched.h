@@ -70,6 +70,17 @@ typedef struct {
  * an execution order consistent with every wait. */
 bool pipe_sched_check(const PipeSched *s, int ranks_per_stage, PipeStep *order, char *msg, size_t cap);
 
+/* zb's two candidates that do not depend on the times (the greedy lists made with equal times, ZB-H1's), each with
+ * pipe_sched_check's order of it; and pipe_sched_make_timed's zb lists chosen with them given (a caller that makes
+ * lists for many times at one pp and nmb makes these once: the plan search's analytic model). */
+typedef struct {
+  PipeSched s[2];
+  PipeStep *order[2];
+} PipeZbFixed;
+void pipe_sched_zb_fixed(int pp, int nmb, PipeZbFixed *f);
+void pipe_sched_zb_fixed_free(PipeZbFixed *f);
+PipeSched pipe_sched_zb_among(int pp, int nmb, const double *times, const PipeZbFixed *f);
+
 /* The times a schedule is played with, per instruction: dur[st][k] is the k-th instruction of stage
  * st's own time (its span in the trainer's --trace); and, each may be NULL (none):
  *   pre[st][k]   what the stage runs just before it besides instructions (the sums of a finished

@@ -71,6 +71,8 @@ typedef struct {
   PpProfile **ptab;           /* ... by the hash of that key (pp_profile; a search meets thousands: GPT-3's
                                  ranking 3,000+, each a candidate's lookup) */
   int ptab_cap, ptab_n;
+  struct PpZbFixed *zb_fixed; /* zb's lists that do not depend on the times, by pp and micro-batches (pp_lists: made
+                                 once, not for each of the thousands of stage times a search meets) */
   struct PpSplit **splits;    /* the balanced splits made so far, by their (rounded) figures (plan_model_balance) */
 } PlanModel;
 

@@ -73,9 +73,29 @@ double pp_round(double x) {
  * analytic ranking on p4de-x128 took 1.6 CPU s with them to 4 significant bits, 1.0 so). */
 static double pp_lkey(double x) { return floor(x * 8 + 0.5) / 8; }
 
+/* zb's lists that do not depend on the times at pp stages and M micro-batches (pipe_sched_zb_fixed), pm's. */
+struct PpZbFixed {
+  int pp, M;
+  PipeZbFixed f;
+  struct PpZbFixed *next;
+};
+
+static const PipeZbFixed *zb_fixed(PlanModel *pm, int pp, int M) {
+  struct PpZbFixed *f = pm->zb_fixed;
+  while (f && !(f->pp == pp && f->M == M)) f = f->next;
+  if (!f) {
+    if (!(f = calloc(1, sizeof *f))) die("plan model: out of memory");
+    *f = (struct PpZbFixed){.pp = pp, .M = M, .next = pm->zb_fixed};
+    pipe_sched_zb_fixed(pp, M, &f->f);
+    pm->zb_fixed = f;
+  }
+  return &f->f;
+}
+
 /* The lists as the pipe pass makes them: zb's with the stage times of key (per stage F, B, W; the
- * first's F and B with the embedding, the last's F with the head), the others' without times. */
-static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double *key, const short *lay) {
+ * first's F and B with the embedding, the last's F with the head; its fixed candidates pm's, NULL: made
+ * here), the others' without times. */
+static PipeSched pp_lists(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key, const short *lay) {
   if (kind != SCHED_ZB) return pipe_sched_make(kind, pp, M, v);
   double *t = calloc(3 * (size_t)pp + 1, sizeof *t), k[PK_MERGE], most = 0;
   if (!t) die("plan model: out of memory");
@@ -87,7 +107,7 @@ static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double 
   }
   t[0] += k[PK_F0], t[pp] += k[PK_B0], t[pp - 1] += k[PK_FL], t[2 * pp - 1] += k[PK_BL];
   for (int i = 0; i < 3 * pp; i++) t[i] = fmax(t[i], 1.0 / 16); /* (an uneven split's lighter stages) */
-  PipeSched s = pipe_sched_make_timed(kind, pp, M, v, t);
+  PipeSched s = pm ? pipe_sched_zb_among(pp, M, t, zb_fixed(pm, pp, M)) : pipe_sched_make_timed(kind, pp, M, v, t);
   free(t);
   return s;
 }
@@ -156,7 +176,7 @@ static double play_lists(const PipeSched *s, const PipeStep *order, const double
 
 double plan_pp_play(PipeSchedule kind, int pp, int M, int v, const double *key, PipeSched *lists, double *busy_last,
                     double *bubble) {
-  PipeSched s = pp_lists(kind, pp, M, v, key, NULL);
+  PipeSched s = pp_lists(NULL, kind, pp, M, v, key, NULL);
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
@@ -171,10 +191,10 @@ double plan_pp_play(PipeSchedule kind, int pp, int M, int v, const double *key, 
 }
 
 /* p's lists (made with key's times under zb), their order and their loads in flight. */
-static void pp_loads(PpProfile *p, const double *key) {
+static void pp_loads(PlanModel *pm, PpProfile *p, const double *key) {
   PipeSchedule kind = p->kind;
   int pp = p->pp, M = p->M;
-  p->s = pp_lists(kind, pp, M, p->v, key, p->lay[0] ? p->lay : NULL);
+  p->s = pp_lists(pm, kind, pp, M, p->v, key, p->lay[0] ? p->lay : NULL);
   PipeSched s = p->s;
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
@@ -285,7 +305,7 @@ const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v,
     memcpy(p->lay, ly, sizeof ly);
     pm->profiles = p;
     ptab_add(pm, p);
-    pp_loads(p, lkey);
+    pp_loads(pm, p, lkey);
   }
   *prof = p;
   if (!play) return NULL; /* (the lists alone) */
@@ -321,6 +341,12 @@ void pp_profiles_free(PlanModel *pm) {
   }
   free(pm->ptab);
   pm->profiles = NULL, pm->ptab = NULL, pm->ptab_cap = pm->ptab_n = 0;
+  for (struct PpZbFixed *f = pm->zb_fixed, *n; f; f = n) {
+    n = f->next;
+    pipe_sched_zb_fixed_free(&f->f);
+    free(f);
+  }
+  pm->zb_fixed = NULL;
 }
 
 /* ---- zb: what B hands W and what B's recompute made for W, per layer --------------------------------- */
