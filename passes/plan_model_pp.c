@@ -127,27 +127,26 @@ static double instr_time(const PipeSched *s, int st, int k, const double *key, b
   return fmax(d, 1.0 / 64);
 }
 
-/* The last stage's instructions and merges with the stage times key (units of F). */
-static double busy_last_of(const PipeSched *s, const double *key) {
-  double busy = 0;
-  bool merge;
-  for (int k = 0; k < s->len[s->pp - 1]; k++) busy += instr_time(s, s->pp - 1, k, key, &merge) + (merge ? key[PK_MERGE] : 0);
-  return busy;
-}
-
-/* The last stage's instructions of p's lists by what they cost (PpProfile.nlast), for pp_busy_exact. */
-static void count_last(PpProfile *p) {
-  const PipeSched *s = &p->s;
+/* The last stage's instructions of s by what they cost: F, B, W, the last chunk's F and B, merges (PpProfile.nlast). */
+static void count_last(const PipeSched *s, int *n) {
   int st = s->pp - 1, nvs = s->pp * s->v;
   for (int k = 0; k < s->len[st]; k++) {
     PipeInstr in = s->list[st][k];
     static const double none[PP_KEYS];
     bool last = in.chunk * s->pp + st == nvs - 1, merge;
     instr_time(s, st, k, none, &merge); /* (its merge) */
-    p->nlast[in.op == 'F' ? 0 : in.op == 'B' ? 1 : 2]++;
-    if (last && in.op != 'W') p->nlast[in.op == 'F' ? 3 : 4]++;
-    if (merge) p->nlast[5]++;
+    n[in.op == 'F' ? 0 : in.op == 'B' ? 1 : 2]++;
+    if (last && in.op != 'W') n[in.op == 'F' ? 3 : 4]++;
+    if (merge) n[5]++;
   }
+}
+
+/* The last stage's instructions and merges (counted: count_last) with the stage times key, units of F: each
+ * instruction's time as instr_time's (floored at 1/64 of F; the first stage's embedding is never the last's). */
+static double busy_of(const int *n, const double *key) {
+  const double lo = 1.0 / 64;
+  return (n[0] - n[3]) + n[3] * fmax(1 + key[PK_FL], lo) + (n[1] - n[4]) * fmax(key[PK_B], lo) +
+         n[4] * fmax(key[PK_B] + key[PK_BL], lo) + n[2] * fmax(key[PK_W], lo) + n[5] * key[PK_MERGE];
 }
 
 /* Lists s (checked: order) played with key's times: each instruction its stage's F, B or W (a chunk's;
@@ -155,7 +154,8 @@ static void count_last(PpProfile *p) {
  * layers), the merge of a
  * micro-batch before the stage's instruction after its last one of it (chunk 0's B; zb: W), each
  * receive's latency and copy. */
-static double play_lists(const PipeSched *s, const PipeStep *order, const double *key, double *busy_last, double *bubble) {
+static double play_lists(const PipeSched *s, const PipeStep *order, const int *nlast, const double *key, double *busy_last,
+                         double *bubble) {
   int pp = s->pp, nvs = pp * s->v;
   PipeTimes pt = pipe_times_new(s, true);
   for (int st = 0; st < pp; st++)
@@ -168,7 +168,7 @@ static double play_lists(const PipeSched *s, const PipeStep *order, const double
       if (merge) pt.pre[st][k + 1] += key[PK_MERGE];
     }
   double b = 0, span = pipe_sched_play_order(s, order, &pt, &b, NULL, NULL);
-  if (busy_last) *busy_last = busy_last_of(s, key);
+  if (busy_last) *busy_last = busy_of(nlast, key);
   if (bubble) *bubble = b;
   pipe_times_free(s, &pt);
   return span;
@@ -183,7 +183,9 @@ double plan_pp_play(PipeSchedule kind, int pp, int M, int v, const double *key, 
   char msg[256];
   if (!order) die("plan model: out of memory");
   if (!pipe_sched_check(&s, 1, order, msg, sizeof msg)) die("plan model: %s", msg);
-  double span = play_lists(&s, order, key, busy_last, bubble);
+  int nlast[6] = {0};
+  count_last(&s, nlast);
+  double span = play_lists(&s, order, nlast, key, busy_last, bubble);
   free(order);
   if (lists) *lists = s;
   else pipe_sched_free(&s);
@@ -255,7 +257,7 @@ static void pp_loads(PlanModel *pm, PpProfile *p, const double *key) {
   }
   if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
   else free(order);
-  count_last(p);
+  count_last(&p->s, p->nlast);
   free(a), free(left), free(hm), free(hmf), free(hml), free(bw), free(fr), free(ac);
 }
 
@@ -316,15 +318,14 @@ const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v,
   memcpy(q->key, key, sizeof q->key);
   q->next = p->plays;
   p->plays = q;
-  if (p->order) q->span = play_lists(&p->s, p->order, key, &q->busy, &q->bubble);
+  if (p->order) q->span = play_lists(&p->s, p->order, p->nlast, key, &q->busy, &q->bubble);
   else q->span = q->busy = (double)M * v * pp * (1 + key[PK_B] + key[PK_W]), q->bubble = 1 - 1.0 / pp; /* one stage at a time */
   return q;
 }
 
 double pp_busy_exact(const PpProfile *p, const double *key) {
   if (!p->order) return (double)p->M * p->v * p->pp * (1 + key[PK_B] + key[PK_W]); /* (one stage at a time: as pp_profile) */
-  const int *n = p->nlast; /* (busy_last_of's sum, its terms counted once: F, B, W, the last chunk's F and B, merges) */
-  return n[0] + n[1] * key[PK_B] + n[2] * key[PK_W] + n[3] * key[PK_FL] + n[4] * key[PK_BL] + n[5] * key[PK_MERGE];
+  return busy_of(p->nlast, key);
 }
 
 /* Frees the schedules' profiles met so far (plan_model_free). */
