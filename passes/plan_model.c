@@ -26,9 +26,15 @@ static const double act_rep_units[3] = {4.0, 1.0, 4.0};
 enum { PM_HOLD_ALL = 1 << 30 }; /* estimate's hold: the layers of a stage W holds for (0: none; this: all) */
 
 /* Bandwidth-bound bytes per token per layer (units of hidden x dtype bytes) and kernels per layer per
- * micro-step under each recompute mode, before calibration (only their ratios matter: selective
- * re-runs the layer's elementwise ops, 1.6 x the bandwidth-bound time on tiny's CPU trainer). */
-static const double mem_units[3] = {40.0, 80.0, 64.0};
+ * micro-step under each recompute mode, before calibration (only their ratios matter). The CPU target
+ * [0]: selective re-runs the layer's elementwise ops, 1.6 x the bandwidth-bound time on tiny's CPU
+ * trainer. The CUDA target [1], whose attention's scores never leave its kernels and whose fusions
+ * take most of the rest: the compiled cost model's bandwidth-bound time in the layer loops, rc none :
+ * selective : full, Llama-3-8B tp 8+sp 1 : 1.147 : 1.382, GPT-3 tp 8+sp 1 : 1.105 : 1.372, Llama-3-405B
+ * tp 2+sp z3 1 : 1.02 (the CPU's 1 : 1.6 : 2 put the selective base's rc none candidates' step at 0.94-0.96
+ * of the compiled once the attention's recompute was priced right). GPT-2 124M is 1 : 2.96 : 1.75
+ * (its selective and full layers lose the GEMMs' GELU and residual epilogues: docs/planner.md). */
+static const double mem_units[2][3] = {{40.0, 80.0, 64.0}, {40.0, 55.0, 44.0}};
 static const double kern_layer[3] = {60.0, 85.0, 66.0};
 enum { KERN_HEAD = 30, KERN_OPT_PER_TENSOR = 10 };
 
@@ -136,7 +142,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double copies = cb < 4 ? p_other / 2 : 0;                      /* the compute-precision copy of the embeddings */
   double gather = c->zero >= 3 ? 2 * p_layer * cb / 4 : 0;       /* ZeRO-3: a layer gathered, the next prefetched */
   /* ---- compute (the last stage: its layers and the head) per step ---- */
-  double rec_gemm = c->rec == RECOMPUTE_FULL ? 4.0 / 3.0 : 1.0;
+  const double *mu = mem_units[base->target == TARGET_CUDA];
+  double rec_gemm = c->rec == RECOMPUTE_FULL ? 1 + pm->rc_gemm / 3 : 1.0; /* (the forward's third, but its last matrix) */
   double gemm_layers = accum * tok / tp * 6 * pm->pl_mat * lst; /* the layers' GEMMs, once */
   /* each GEMM its FLOPs at gemm_flops and a fixed time (passes/cost_op.c): a layer's launches as the base plan's
    * compiled (pm->gemm_calls), the head's 3 (the logits, their input's and weight's gradients). (The fixed time
@@ -147,7 +154,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double head_g = pm->k_gemm * (tok / tp * 6 * pm->vocab * d / dev->gemm_flops + 3 * fix); /* a micro-batch's */
   e->gemm_s = gl_s * rec_gemm + accum * head_g;
   double attn_once = accum * lst * tok / tp * 7 * pm->seq * d;
-  double attn_f = attn_once * (c->rec == RECOMPUTE_NONE ? 1 : 8.0 / 7.0);
+  double attn_f = attn_once * (c->rec == RECOMPUTE_NONE ? 1 : 1 + pm->attn_fwd); /* (selective, full: the forward again) */
   e->attn_s = dev->attn_flops > 0 ? pm->k_attn * attn_f / dev->attn_flops : 0;
   double sp_div = c->sp || tp == 1 ? tp : 1;
   bool off = base->plan.offload;
@@ -161,8 +168,14 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * parameters' bytes") */
   double p_mat = fmin(p_layer, pm->pl_mat * 4 / tp); /* (f32 bytes: the layer's matrices on a rank) */
   bool wcast = base->target == TARGET_CUDA && !persistent && c->pp == 1 && c->zero < 3;
-  double pbytes = cb >= 4 ? p_layer * 12 / 4 : (wcast ? p_layer * 12 / 4 : 0) + (p_layer - p_mat) * 2;
-  double bytes = accum * (lst * unit * mem_units[r] / sp_div + lst * pbytes + tok * pm->vocab / tp * 4 * 4) +
+  /* ZeRO-2/3 at pp 1 scatter each layer's gradients in the loop making them: the weight-gradient GEMMs write them at
+   * the compute precision (no f32 running sum to accumulate into: passes/gacc.c), cast to f32 for the scatter, 2 B
+   * read and 4 written an element (Llama-3-8B tp 2+sp mb 2, compiled: 15 % of the bandwidth-bound time over ZeRO-1's,
+   * which the model left out; under pp the stage's sums take them: zfold below) */
+  bool gcast = base->target == TARGET_CUDA && cb < 4 && c->pp == 1 && c->zero >= 2;
+  double pbytes = cb >= 4 ? p_layer * 12 / 4
+                          : (wcast ? p_layer * 12 / 4 : 0) + (p_layer - p_mat) * 2 + (gcast ? p_mat * 6 / 4 : 0);
+  double bytes = accum * (lst * unit * mu[r] / sp_div + lst * pbytes + tok * pm->vocab / tp * 4 * 4) +
                  (off ? 0 : e->shard * (1 + pm->state_ratio) * 3); /* (offload: the update is the host's) */
   e->mem_s = pm->k_mem * bytes / dev->bytes_per_s;
   double cp_merge = 0; /* the CUDA target's ring merges per layer and micro-batch (s) */
@@ -196,7 +209,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   /* a layer's compute a micro-step: its GEMMs, attention, elementwise bytes and kernels; the backward's
    * part (full recompute: the forward again in it); under zb W's, the weight-gradient GEMMs */
   double lay = (gl_s * rec_gemm + e->attn_s +
-                pm->k_mem * accum * lst * unit * mem_units[r] / sp_div / dev->bytes_per_s +
+                pm->k_mem * accum * lst * unit * mu[r] / sp_div / dev->bytes_per_s +
                 pm->k_kern * accum * lst * kern_layer[r] * dev->op_overhead_s) / (accum * lst);
   double fwd = lay / (full ? 4 : 3);
   if (c->dp > 1 && c->zero >= 3) {
@@ -279,7 +292,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double cv = c->v;
     double sa = dev->attn_flops > 0 ? pm->k_attn / dev->attn_flops : 0;
     double sm = pm->k_mem / dev->bytes_per_s, ko = pm->k_kern * dev->op_overhead_s;
-    double el = sm * lst / cv * unit / sp_div, el0 = el * mem_units[RECOMPUTE_NONE], elr = el * mem_units[r];
+    double el = sm * lst / cv * unit / sp_div, el0 = el * mu[RECOMPUTE_NONE], elr = el * mu[r];
     double wb = sm * p_layer * lst / cv / 4; /* per byte of a parameter at the compute precision */
     /* F's and B's weights read: f32 (bf16: cast once a step under pp, the GEMMs read the copies; GPT-3 pp 16's last
      * stage 0.45-0.75 s of bandwidth-bound work a step, 1.7 s of such reads in the model) */
@@ -294,8 +307,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       cpr = lst / cv * (c->cp - 1) * (2 * unit / tp / (cp_in ? l->bytes_per_s : l->bytes_per_s / dpn) + l->latency_s);
     }
     double cpm = cp_merge * lst / cv / merges; /* a chunk's ring merges: cp in F, cp - 1 in B (recompute: 2 cp - 1) */
-    tf = g1 + a1 / 3 + el0 / 2 + wr + kern / 2 + 2 * ring + cpr + c->cp * cpm + copy_pt * lst / cv;
-    double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
+    tf = g1 + a1 * pm->attn_fwd + el0 / 2 + wr + kern / 2 + 2 * ring + cpr + c->cp * cpm + copy_pt * lst / cv;
+    double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * (1 - pm->attn_fwd) + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
                 (elr - el0) + wr + kern / 2 + (ntp - 2) * ring + hops * cpr + (merges - c->cp) * cpm + copy_pt * lst / cv;
     /* the chunk's layer gradients added to the stage's sums inside the loop making them (W under zb,
      * else B: passes/pipe_fold.c), a layer at a time: a matrix's by its weight-gradient GEMM, which
@@ -304,9 +317,11 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double tw = g1 + wr + sm * (p_layer - p_mat) * lst / cv * 2 - ko * lst / cv * pm->nl_mat;
     if (c->sched != SCHED_ZB) tb += tw, tw = 0;
     else if (zb_unheld(e, lst) > 0) /* W recomputes its GEMMs' inputs (`zb_w`): the forward's GEMMs but the MLP's last
-                                     * (~0.7 of them: GPT 8 of 12 d^2, Llama-3-8B 9.5 of 13) and attention; selective:
+                                     * (pm->rc_gemm: GPT 8 of 12 d^2, Llama-3-8B 9.5 of 13) and attention; selective:
                                      * attention; hold(N): for the stage's layers not held */
-      tw += zb_unheld(e, lst) * (c->rec == RECOMPUTE_FULL ? 0.7 * g1 + a1 / 3 : c->rec == RECOMPUTE_SELECTIVE ? a1 / 3 : 0);
+      tw += zb_unheld(e, lst) * (c->rec == RECOMPUTE_FULL      ? pm->rc_gemm * g1 + a1 * pm->attn_fwd
+                                 : c->rec == RECOMPUTE_SELECTIVE ? a1 * pm->attn_fwd
+                                                                 : 0);
     zpp = zstall && tf > 0;
     /* ZeRO-3's F loops gather the next layer as they run one, each gather's copies after it and the next
      * gather after them (no collective hidden by the copies): an iteration no shorter (Llama-3-405B dp 128
@@ -325,7 +340,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
                              (ring_rc ? cpr + c->cp * cpm : 0)) / (lst / cv); /* (the ring re-run: its hops, merges) */
       double bl = *ti / (lst / cv);
       double tail = 0;
-      double st = scatter_stall(pm, base, dev, c, zn, zbw, zlat, p_layer, bl, bl, rec, zb ? 0 : a1 * 2 / 3 / (lst / cv),
+      double st = scatter_stall(pm, base, dev, c, zn, zbw, zlat, p_layer, bl, bl, rec, zb ? 0 : a1 * (1 - pm->attn_fwd) / (lst / cv),
                                 zb ? 0 : gather_pt, defer, lst / cv, accum * lst, &scopy, &tail);
       /* passes/zero.c packs the layer's f32 gradients into buckets for their scatters (a copy: twice a layer's
        * bytes, where zcoal does not coalesce them: else scopy holds its copies), and after the loop the stage's
@@ -356,8 +371,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       /* the balance's layer as the stage pass prices it (passes/pipe_balance.c), before the recompute and ZeRO
        * passes: rc none's F and B (the weights read in each, B's GEMMs two thirds), no gathers nor their copies */
       double kern0 = ko * lst / cv * kern_layer[RECOMPUTE_NONE];
-      double sf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern0 / 2 + 2 * ring + cpr + c->cp * cpm;
-      double sb = 2 * g1 + a1 * 2 / 3 + el0 / 2 + 2 * wb * cb + kern0 / 2 + 2 * ring + 2 * cpr + (c->cp - 1) * cpm;
+      double sf = g1 + a1 * pm->attn_fwd + el0 / 2 + wb * cb + kern0 / 2 + 2 * ring + cpr + c->cp * cpm;
+      double sb = 2 * g1 + a1 * (1 - pm->attn_fwd) + el0 / 2 + 2 * wb * cb + kern0 / 2 + 2 * ring + 2 * cpr + (c->cp - 1) * cpm;
       e->bal_f = pm->k_bal[0] * sf / per, e->bal_b = pm->k_bal[1] * sb / per;
       /* (the ends' times as the stage pass's balance has them, without ZeRO-3's edges: balance_figures) */
       e->bal_f0 = pm->k_bal[2] * (raw[PK_F0] - ze[0]), e->bal_b0 = pm->k_bal[3] * (raw[PK_B0] - ze[1]);

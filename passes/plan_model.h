@@ -49,6 +49,13 @@ typedef struct {
                                     its last [1] (the head, the final norm; a tied embedding: both) */
   double pl_mat;              /* one layer's matrix parameters (elements): 6 x FLOPs per token */
   int nl_mat;                 /* one layer's matrix parameters (tensors): GEMMs that accumulate their gradients */
+  double rc_gemm;             /* full recompute: the share of a layer's forward GEMM FLOPs it runs again, all but its last
+                                 matrix's (whose output only the residual sum reads; the backward reads its input:
+                                 passes/recompute.c): Llama-3-405B 0.73, GPT 8 / 12 (the compiled GEMM time rc none -> full:
+                                 x 1.243 and 1.222, where 4 / 3 was taken) */
+  double attn_fwd;            /* the forward's share of a layer's attention time, as passes/cost_op.c prices the two at the
+                                 model's head dim (recompute runs it again: hd 128 0.284, GPT-2's 64 0.234 on a GPU; it
+                                 was taken as 1 / 7 of the time again, and F as a third of it under pp) */
   double gemm_calls;          /* one layer's GEMM launches a micro-batch, forward and backward without recompute
                                  (each pays the device's fixed time): the base plan's compiled (plan_model_init.c) */
   /* one layer's parameters in the order its forward first reads them (the backward makes their gradients

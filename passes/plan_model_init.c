@@ -156,6 +156,31 @@ static bool layer_order(PlanModel *pm, const Module *m, const Graph *g, double r
   }
   return false;
 }
+/* The head dim of the first attention of g (or of its bodies): its query's features over its heads; 0: none. */
+static double attn_head_dim(const Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if ((n->op == OP_SDPA || n->op == OP_ATTN_BLOCK) && n->in[0]->shape.rank == 3)
+      return (double)n->in[0]->shape.dim[2] / (n->a.heads > 0 ? n->a.heads : 1);
+    double hd = n->body ? attn_head_dim(n->body) : 0;
+    if (hd > 0) return hd;
+  }
+  return 0;
+}
+
+/* PlanModel.rc_gemm and attn_fwd, from the layer's matrices in the forward's order (pm->lt) and the attention's head
+ * dim: per score element the forward's 4 hd FLOPs and its softmax's, the backward's 10 hd and its own at its rate
+ * (passes/cost_op.c). Not found: a GPT's 8 / 12, and 2 of the 7 hd-FLOPs. */
+static void recompute_shares(PlanModel *pm, const Module *base, const CostDevice *dev) {
+  double mats = 0, last = 0;
+  for (int i = 0; i < pm->nlt; i++)
+    if (pm->lt[i].mat) mats += pm->lt[i].numel, last = pm->lt[i].numel;
+  pm->rc_gemm = mats > last && last > 0 ? (mats - last) / mats : 2.0 / 3;
+  double hd = attn_head_dim(base->graph), bwr = dev->attn_bwd_ratio > 0 ? dev->attn_bwd_ratio : 1;
+  double f = 4 * hd + dev->attn_score_flops, b = (10 * hd + dev->attn_bwd_score_flops) / bwr;
+  pm->attn_fwd = hd > 0 ? f / (f + b) : 2.0 / 7;
+}
+
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   memset(pm, 0, sizeof *pm);
   pm->capacity = memplan_capacity(base, NULL, 0);
@@ -219,6 +244,7 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   }
   ptrmap_free(&ends);
   if (!layer_order(pm, base, g, rows)) pm->nlt = 0;
+  recompute_shares(pm, base, dev);
   double sbytes = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
@@ -249,7 +275,7 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
     lst = 0;
     for (int kk = c.pp - 1; kk < nvs; kk += c.pp) lst += (double)mm->stage_rows[kk];
   }
-  double calls = (r.last_gemm_calls / (c.accum > 0 ? c.accum : 1) - 3) / lst / (c.rec == RECOMPUTE_FULL ? 4.0 / 3 : 1);
+  double calls = (r.last_gemm_calls / (c.accum > 0 ? c.accum : 1) - 3) / lst / (c.rec == RECOMPUTE_FULL ? 1 + pm->rc_gemm / 3 : 1);
   if (lst > 0 && calls >= 1 && isfinite(calls)) pm->gemm_calls = calls;
   PlanEstimate e;
   base_estimate(pm, base, dev, &c, &e);
