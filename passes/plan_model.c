@@ -178,18 +178,24 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double bytes = accum * (lst * unit * mu[r] / sp_div + lst * pbytes + tok * pm->vocab / tp * 4 * 4) +
                  (off ? 0 : e->shard * (1 + pm->state_ratio) * 3); /* (offload: the update is the host's) */
   e->mem_s = pm->k_mem * bytes / dev->bytes_per_s;
-  double cp_merge = 0; /* the CUDA target's ring merges per layer and micro-batch (s) */
-  /* recompute (selective or full) under cp ring re-runs the forward's ring in the backward: its merges (cp more)
-   * and its hops (cp - 1 of K and V more), passes/recompute.c ring_hops */
+  /* recompute (selective or full) under cp ring re-runs the forward's ring in the backward: its combines and its hops
+   * (cp - 1 of K and V more), passes/recompute.c ring_hops */
   bool ring_rc = ring && c->rec != RECOMPUTE_NONE;
-  double merges = 2 * c->cp - 1 + (ring_rc ? c->cp : 0), hops = ring_rc ? 3 : 2; /* (hops: B's K / V passes, F's 1) */
+  double hops = ring_rc ? 3 : 2; /* (B's K / V passes, F's 1) */
+  double cp_f = 0, cp_b = 0; /* the CUDA target's ring, per layer and micro-batch (s): F's combines; B's sums */
   if (c->cp > 1 && base->target == TARGET_CUDA) {
-    /* the ring's blocks run on the flash kernels (passes/cost_cuda.c), their scores never leave them:
-     * what is bandwidth-bound is the merge of each block's output into the running one, a [tok, d / tp]
-     * per ring step, cp forward and cp - 1 backward, ~120 bytes per element (Llama-3-405B pp 2 1f1b z3,
-     * the compiled bandwidth-bound time over cp 1's: tp 4 cp 2 +2.2 s, tp 2 cp 4 +5.4 s; both 120 B) */
-    cp_merge = merges * tok * d / tp * 120 / dev->bytes_per_s;
-    e->mem_s += accum * lst * cp_merge;
+    /* the ring's blocks run on the flash kernels (passes/cost_cuda.c), their scores never leave them: what is
+     * bandwidth-bound is, in F, the combine of each block's output with the running one (attn_combine: two [tok,
+     * d / tp] read, one written: cp - 1 a layer, again in B where recompute re-runs the ring) and, in B, each block's
+     * dQ, dK and dV added to the running sums (cp - 1 a layer, [tok, qkv / tp]). Compiled, Llama-3-405B pp 1 tp 2+sp z3
+     * rc full: cp 2 mb 4 over cp 1 mb 2 (the same micro-steps) +0.12 s; pp 2 tp 4+sp: cp 2 mb 2 over cp 1 mb 1 +0.22 s.
+     * (120 B an element on cp merges a layer was taken, fitted to cp 2 over cp 1 at one micro-batch: twice the
+     * micro-steps, whose ZeRO-3 gathers' copies were the difference; the cp rows of its search 1.07-1.17 of the
+     * compiled step) */
+    double el = (c->cp - 1) * tok / tp * cb * 3 / dev->bytes_per_s;
+    cp_f = el * d;
+    cp_b = el * ((ring_rc ? d : 0) + pm->qkv);
+    e->mem_s += accum * lst * (cp_f + cp_b);
   } else if (c->cp > 1) { /* ring attention merges score blocks elementwise: every local query against the
                            * whole sequence, per head (d / 64), ~20 exp-loop elements each (tiny, cp 2: 4 x the time) */
     double el = accum * lst * tok / tp * pm->seq * (d / 64) * 20 * (ring_rc ? 4.0 / 3 : 1);
@@ -306,10 +312,10 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       const CostLink *l = &dev->link[cp_in ? 0 : 1];
       cpr = lst / cv * (c->cp - 1) * (2 * unit / tp / (cp_in ? l->bytes_per_s : l->bytes_per_s / dpn) + l->latency_s);
     }
-    double cpm = cp_merge * lst / cv / merges; /* a chunk's ring merges: cp in F, cp - 1 in B (recompute: 2 cp - 1) */
-    tf = g1 + a1 * pm->attn_fwd + el0 / 2 + wr + kern / 2 + 2 * ring + cpr + c->cp * cpm + copy_pt * lst / cv;
+    double cpf = cp_f * lst / cv, cpb = cp_b * lst / cv; /* a chunk's ring combines (F) and sums (B) */
+    tf = g1 + a1 * pm->attn_fwd + el0 / 2 + wr + kern / 2 + 2 * ring + cpr + cpf + copy_pt * lst / cv;
     double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * (1 - pm->attn_fwd) + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
-                (elr - el0) + wr + kern / 2 + (ntp - 2) * ring + hops * cpr + (merges - c->cp) * cpm + copy_pt * lst / cv;
+                (elr - el0) + wr + kern / 2 + (ntp - 2) * ring + hops * cpr + cpb + copy_pt * lst / cv;
     /* the chunk's layer gradients added to the stage's sums inside the loop making them (W under zb,
      * else B: passes/pipe_fold.c), a layer at a time: a matrix's by its weight-gradient GEMM, which
      * accumulates into the sum (passes/gacc.c: the sum's bytes in the GEMM's, one add kernel fewer),
@@ -337,7 +343,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     if (zpp) {
       double *ti = zb ? &tw : &tb, scopy = bcopy_s;
       double rec = zb ? 0 : (g1 * 3 * (rec_gemm - 1) + sa * (attn_f - attn_once) / accum / cv + (elr - el0) +
-                             (ring_rc ? cpr + c->cp * cpm : 0)) / (lst / cv); /* (the ring re-run: its hops, merges) */
+                             (ring_rc ? cpr + cpf : 0)) / (lst / cv); /* (the ring re-run: its hops, combines) */
       double bl = *ti / (lst / cv);
       double tail = 0;
       double st = scatter_stall(pm, base, dev, c, zn, zbw, zlat, p_layer, bl, bl, rec, zb ? 0 : a1 * (1 - pm->attn_fwd) / (lst / cv),
@@ -371,8 +377,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       /* the balance's layer as the stage pass prices it (passes/pipe_balance.c), before the recompute and ZeRO
        * passes: rc none's F and B (the weights read in each, B's GEMMs two thirds), no gathers nor their copies */
       double kern0 = ko * lst / cv * kern_layer[RECOMPUTE_NONE];
-      double sf = g1 + a1 * pm->attn_fwd + el0 / 2 + wb * cb + kern0 / 2 + 2 * ring + cpr + c->cp * cpm;
-      double sb = 2 * g1 + a1 * (1 - pm->attn_fwd) + el0 / 2 + 2 * wb * cb + kern0 / 2 + 2 * ring + 2 * cpr + (c->cp - 1) * cpm;
+      double sf = g1 + a1 * pm->attn_fwd + el0 / 2 + wb * cb + kern0 / 2 + 2 * ring + cpr + cpf;
+      double sb = 2 * g1 + a1 * (1 - pm->attn_fwd) + el0 / 2 + 2 * wb * cb + kern0 / 2 + 2 * ring + 2 * cpr + cpb - (ring_rc ? cpf : 0);
       e->bal_f = pm->k_bal[0] * sf / per, e->bal_b = pm->k_bal[1] * sb / per;
       /* (the ends' times as the stage pass's balance has them, without ZeRO-3's edges: balance_figures) */
       e->bal_f0 = pm->k_bal[2] * (raw[PK_F0] - ze[0]), e->bal_b0 = pm->k_bal[3] * (raw[PK_B0] - ze[1]);

@@ -53,6 +53,8 @@ typedef struct {
                                  matrix's (whose output only the residual sum reads; the backward reads its input:
                                  passes/recompute.c): Llama-3-405B 0.73, GPT 8 / 12 (the compiled GEMM time rc none -> full:
                                  x 1.243 and 1.222, where 4 / 3 was taken) */
+  double qkv;                 /* the outputs of the matrices read before the attention (Q, K, V: d + 2 kv, a GPT's
+                                 3 d), logical; 3 d where not found: ring attention's dQ, dK, dV summed per block */
   double attn_fwd;            /* the forward's share of a layer's attention time, as passes/cost_op.c prices the two at the
                                  model's head dim (recompute runs it again: hd 128 0.284, GPT-2's 64 0.234 on a GPU; it
                                  was taken as 1 / 7 of the time again, and F as a third of it under pp) */

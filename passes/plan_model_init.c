@@ -168,7 +168,7 @@ static double attn_head_dim(const Graph *g) {
   return 0;
 }
 
-/* PlanModel.rc_gemm and attn_fwd, from the layer's matrices in the forward's order (pm->lt) and the attention's head
+/* PlanModel.rc_gemm, qkv and attn_fwd, from the layer's matrices in the forward's order (pm->lt) and the attention's head
  * dim: per score element the forward's 4 hd FLOPs and its softmax's, the backward's 10 hd and its own at its rate
  * (passes/cost_op.c). Not found: a GPT's 8 / 12, and 2 of the 7 hd-FLOPs. */
 static void recompute_shares(PlanModel *pm, const Module *base, const CostDevice *dev) {
@@ -176,6 +176,10 @@ static void recompute_shares(PlanModel *pm, const Module *base, const CostDevice
   for (int i = 0; i < pm->nlt; i++)
     if (pm->lt[i].mat) mats += pm->lt[i].numel, last = pm->lt[i].numel;
   pm->rc_gemm = mats > last && last > 0 ? (mats - last) / mats : 2.0 / 3;
+  pm->qkv = 0;
+  for (int i = 0; i < pm->nlt; i++)
+    if (pm->lt[i].mat && pm->lt[i].early) pm->qkv += pm->lt[i].out;
+  if (!(pm->qkv > 0)) pm->qkv = 3 * pm->d;
   double hd = attn_head_dim(base->graph), bwr = dev->attn_bwd_ratio > 0 ? dev->attn_bwd_ratio : 1;
   double f = 4 * hd + dev->attn_score_flops, b = (10 * hd + dev->attn_bwd_score_flops) / bwr;
   pm->attn_fwd = hd > 0 ? f / (f + b) : 2.0 / 7;
