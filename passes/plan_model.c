@@ -86,12 +86,12 @@ static double zb_unheld(const PlanEstimate *e, double lst) {
 }
 
 /* cp ring (pp 1): the blocks in flight in a layer's backward beside what cp 1 holds there, K and V received and dK
- * and dV travelling back: 4 hidden states of the micro-batch's local tokens (unit), / tp (their heads split; GQA's
- * are fewer: taken as MHA's). The compiled peak moves into that backward (tiny dp 2 cp 2 mb 16 on 4 CPU ranks
+ * and dV travelling back: 4 of the micro-batch's local tokens' K or V (kv: unit x PlanModel.qkv's share of them, a
+ * hidden state's under MHA, GQA's fewer), / tp (their heads split). The compiled peak moves into that backward (tiny dp 2 cp 2 mb 16 on 4 CPU ranks
  * against dp 4 mb 8, the same tokens a rank: +3.0 units rc none, +3.1 selective; at cp 4 +5.0 and +3.1; rc full
  * +0 there, its peak at the loss; selective and full run the ring again in the backward: passes/recompute.c
  * ring_hops). all2all (Ulysses): its head-split attention holds no more than cp 1's (-1.9, +2.1, 0): 0. */
-static double cp_ring_ws(bool ring, const PlanCand *c, double unit) { return ring ? 4 * unit / c->tp : 0; }
+static double cp_ring_ws(bool ring, const PlanCand *c, double kv) { return ring ? 4 * kv / c->tp : 0; }
 
 static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
                      bool defer, int hold, bool wcopy, PlanEstimate *e, double *stage_tot) {
@@ -130,6 +130,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0);
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
+  /* ... and its K or V (GQA: kv heads; the cp ring passes them, Llama-3-405B's 1 / 16 of a hidden state) */
+  double kvu = pm->qkv > d ? unit * (pm->qkv - d) / (2 * d) : unit;
   bool a2a = c->cp > 1 && base->plan.cp_mode == CP_ALL2ALL, ring = c->cp > 1 && !a2a; /* (cp's attention: which) */
   /* (under pp too: full keeps the layer's input per micro-batch in flight, GPT-2 at 16 and 32 layers pp 4, the
    * activations' slope a layer: 1.1 hidden states 1f1b, 1.5 interleaved; it was taken as 7.5, a pp 4 figure of
@@ -310,7 +312,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     if (c->cp > 1) {
       bool cp_in = c->tp * c->cp <= dpn;
       const CostLink *l = &dev->link[cp_in ? 0 : 1];
-      cpr = lst / cv * (c->cp - 1) * (2 * unit / tp / (cp_in ? l->bytes_per_s : l->bytes_per_s / dpn) + l->latency_s);
+      cpr = lst / cv * (c->cp - 1) * (2 * kvu / tp / (cp_in ? l->bytes_per_s : l->bytes_per_s / dpn) + l->latency_s);
     }
     double cpf = cp_f * lst / cv, cpb = cp_b * lst / cv; /* a chunk's ring combines (F) and sums (B) */
     tf = g1 + a1 * pm->attn_fwd + el0 / 2 + wr + kern / 2 + 2 * ring + cpr + cpf + copy_pt * lst / cv;
@@ -503,13 +505,13 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   } else if (c->zero >= 3) { /* the loss's peak or the backward's first layer's, not both (plan_model_zero.c) */
     bool at_loss;
     double lgrad = e->cls[MEM_GRAD] - p_rank / zd2, headg = pm->pe_split[1] / tp + pm->pe_rep[1];
-    e->cls[MEM_ACT] = per_layer * lst + zero3_pp1_peak(pm, c, unit, none_l, per_layer, cp_ring_ws(ring, c, unit), head, headg,
+    e->cls[MEM_ACT] = per_layer * lst + zero3_pp1_peak(pm, c, unit, none_l, per_layer, cp_ring_ws(ring, c, kvu), head, headg,
                                                        gather, lgrad, &at_loss);
     if (at_loss) e->cls[MEM_GRAD] -= lgrad;
   } else {
     /* without the persistent copies under bf16 (zero < 3): one layer's weights cast at a time (passes/wcast.c) */
     double wcast = cb < 4 && !persistent && c->zero < 3 && base->target == TARGET_CUDA ? p_layer * cb / 4 : 0;
-    e->cls[MEM_ACT] = per_layer * lst + head + copies + gather + wcast + cp_ring_ws(ring, c, unit);
+    e->cls[MEM_ACT] = per_layer * lst + head + copies + gather + wcast + cp_ring_ws(ring, c, kvu);
   }
   e->cls[MEM_INPUT] = 2.0 * 4 * tok * (c->pp > 1 ? accum : 1);
 
@@ -530,7 +532,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     bool cp_in = c->tp * c->cp <= dpn;
     const CostLink *l = cp_in ? in : net;
     double bw = cp_in ? l->bytes_per_s : l->bytes_per_s / dpn;
-    e->tp_s += accum * lst * (1 + hops) * (c->cp - 1) * (2 * unit / tp / bw + l->latency_s);
+    e->tp_s += accum * lst * (1 + hops) * (c->cp - 1) * (2 * kvu / tp / bw + l->latency_s);
   }
   /* dp / ZeRO: the f32 gradient of a rank's parameters, over the dp x cp group under cp */
   if (c->dp > 1 && c->zero < 3) {
