@@ -329,7 +329,7 @@ static double memory_bound(const Module *base, const SearchResult *r, PlanCand *
  * tests/report/planner.sh holds the model to 15 % of the compiled plans of GPT-2 and tiny, and the
  * analytic rows mark a ratio past it with `!`. */
 #define ANA_MEM_TOL 0.15
-#define FIRST_COMPILE_S 60.0 /* CPU seconds the analytic best's compile may take under the default budget */
+#define FIRST_COMPILE_S 60.0 /* CPU seconds the default budget's compiles may take, while none fits, past it (plan_search) */
 /* The memory plan's allocation over its peak (memplan_pack: the smallest of a few greedy packings) that
  * the analytic memory is taken to: its mean over bench/plan_peaks.sh's plans with figures (2026-11-27,
  * docs/planner.md "The fragmentation allowance"): without pp 16 plans, mean 1.0025 (median 1.000,
@@ -432,11 +432,20 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
   Pattern pat[PATTERNS];
   int npat = 0;
   if (!r->rank || !nofit) die("plan search: out of memory");
+  /* with the default budget, the analytic best (compiled first, alone) may run to its end, and while no compiled
+   * candidate fits, the next ones after it, one at a time, FIRST_COMPILE_S of CPU time in all: a search that names
+   * no plan because that compile outgrew what the analytic ranking left of 8 s (GPT-3's pp 16 schedule, 6-8 CPU s
+   * on a loaded machine), or because the analytic best did not fit as compiled (Llama-3-405B's `pp 32 bal zb cp 2
+   * mb 1`, 33 CPU s, 0.81 of its compiled memory by the model: docs/planner.md), helps no one; a budget given with
+   * --budget is kept to */
+  bool deflt = !(o && (o->budget_s > 0 || o->compile_limit_s > 0));
+  double grace_s = 0; /* CPU seconds those compiles took */
   for (int i = 0; i < l.n;) {
+    bool grace = deflt && r->nranked == 0 && grace_s < FIRST_COMPILE_S;
     /* the next `jobs` candidates worth compiling, by what is known so far; the analytic best alone
      * first (unless the compile limit is given), so that it may take the whole budget */
-    int nb = 0, want = r->compiled == 0 && !(o && o->compile_limit_s > 0) ? 1 : jobs;
-    if (!(o && o->compile_limit_s > 0)) { /* no more compiles than the budget left gives a second each
+    int nb = 0, want = (r->compiled == 0 || grace) && !(o && o->compile_limit_s > 0) ? 1 : jobs;
+    if (!(o && o->compile_limit_s > 0) && !grace) { /* no more compiles than the budget left gives a second each
                                            * (each gets at least one: 4 on 2 s left overran it by 2 s) */
       double left0 = budget - (cpu_s() - c0);
       int most = left0 > 1 ? (int)left0 : 1;
@@ -475,7 +484,7 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
         r->dominated++;
         continue;
       }
-      if (cpu_s() - c0 > budget) {
+      if (cpu_s() - c0 > budget && !grace) {
         r->budget_hit = true;
         c->status = CAND_UNSEEN;
         continue;
@@ -487,13 +496,10 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
      * analytic best, first, gets most (an unrolled pp 32 schedule of GPT-3 takes a few CPU seconds) */
     double left = budget - (cpu_s() - c0);
     double limit = o && o->compile_limit_s > 0 ? o->compile_limit_s : left / nb > 1 ? left / nb : 1;
-    /* with the default budget, the analytic best (compiled first, alone) may run to its end (up to
-     * FIRST_COMPILE_S): a search that names no plan because that compile outgrew what the analytic
-     * ranking left of 8 s (GPT-3's pp 16 schedule, 6-8 CPU s on a loaded machine) helps no one; a
-     * budget given with --budget is kept to */
-    if (r->compiled == 0 && !(o && (o->budget_s > 0 || o->compile_limit_s > 0)) && limit < FIRST_COMPILE_S)
-      limit = FIRST_COMPILE_S;
+    if (grace && limit < FIRST_COMPILE_S - grace_s) limit = FIRST_COMPILE_S - grace_s; /* (above) */
+    double e0 = cpu_s();
     evaluate(base, dev, eval, ctx, l.v, batch, nb, limit);
+    if (grace) grace_s += cpu_s() - e0;
     for (int k = 0; k < nb; k++) {
       PlanCand *c = &l.v[batch[k]];
       r->compiled++;
