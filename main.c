@@ -542,9 +542,11 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (search) po.dump = NULL; /* the file's own plan is the search's base: not printed */
   Replan rp = {&arena, input, &fo, target, no_fuse};
   if (!search) m = replan_plan(&rp, &arena, m, &po, &kept);
-  else { /* the base's bf16 copies and deferred waits as its build keeps them */
-    replan_auto_memory(&rp, &arena, NULL, 0, m);
-    if (!pipeline_run(m, &po)) m = NULL;
+  else { /* the search's base (its analytic model's calibration), perhaps at fewer micro-batches */
+    Module *fewer;
+    so.global = m->batch.global;
+    m = replan_search_base(&rp, &arena, m, &po, &fewer);
+    so.fewer = fewer;
   }
   if (!m) return 1;
   if (!search) replan_fuse_noop_notes(&rp, &arena, m);
@@ -580,7 +582,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     }
     /* --pick: the fastest, compiled again in the driver's arena with its overrides after the user's */
     char kv[SEARCH_KV][SEARCH_KV_LEN];
-    int n = plan_cand_overrides(m, &sr.cand[sr.rank[0]], kv);
+    int n = plan_cand_overrides(&sr.cand[sr.rank[0]], kv);
     if (ndefines + n > (int)(sizeof defines / sizeof defines[0])) {
       error_plain("too many -D options for --pick");
       return 1;

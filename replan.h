@@ -28,16 +28,16 @@ typedef struct {
 
 /* The source compiled again with the overrides kv[0..n) ("key=value") into arena a, its plan's
  * inputs decided (replan_inputs; `weight_copy auto`, `defer_waits auto` and `zb_w auto` from this compile:
- * planned again with the combination replan_auto_memory's rule picks where the plan with all does not fit),
+ * planned again with the combination auto_memory's rule picks where the plan with all does not fit),
  * planned (pipeline_run, no
  * per-pass verify), its diagnostics written to diag; NULL when it did not compile. The error count
  * is reset after. */
 Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag);
 /* m, compiled by the front end with the overrides kv: zb's list times (the cost model's, from two
  * small quiet compiles) and `layers(balanced)`'s memory figures (from a quiet compile of the split
- * by time), set in m->plan before its passes run. The checks' compiles (the split's, replan_auto_memory's)
+ * by time), set in m->plan before its passes run. The checks' compiles (the split's, auto_memory's)
  * go to an arena of their own, freed before it returns (the figures stay in a); the split's is
- * replan_auto_memory's first where it sets no figures (the same inputs). */
+ * auto_memory's first where it sets no figures (the same inputs). */
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
 /* The plan's own compile: replan_inputs (no overrides), then m's passes (pipeline_run with po), or in their place
  * the check compile replan_inputs made with the same inputs (stage_memory's, or auto_memory's first: the plan with
@@ -47,14 +47,14 @@ void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m)
  * pass times or hook. Returns the module compiled (m, or the check's, in keep, an empty arena: the caller's to free),
  * NULL where the passes reported errors. */
 Module *replan_plan(Replan *r, Arena *a, Module *m, const PipelineOptions *po, Arena *keep);
-/* `weight_copy auto` (passes/wshadow.c), `defer_waits auto` (passes/zero_defer.c) and `zb_w auto`
- * (passes/recompute.c), part of replan_inputs: chosen together against the device's memory (replan.c,
- * auto_memory): the plan with all compiled quietly and kept where it fits; else each dropped alone, the
- * fitting one the cost model has faster; else (three open) those keeping one, in the singles' predicted
- * order, the first that fits; else none. The figures into m->plan (Plan.fit: wcopy, defer, zbw,
- * kept), from which m's own compile takes them; zb's list times measured again where the hold is
- * dropped. Nothing where none is open, or without a device memory. */
-void replan_auto_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
+/* The plan search's base (passes/plan_search.c: its analytic model is calibrated there), m as compiled by the
+ * front end: its `weight_copy auto`, `defer_waits auto` and `zb_w auto` chosen as its build chooses them
+ * (replan.c, auto_memory: against the device's memory), then its passes (pipeline_run with po). A pipeline
+ * whose micro-batches exceed 4 pp is compiled at 4 pp of them (the global batch cut to match; the search's own
+ * is SearchOptions.global), and quietly at 2 pp into *fewer (else NULL: the calibration's second point,
+ * SearchOptions.fewer). Returns the module compiled (m, or the one at fewer micro-batches, in a), NULL where
+ * the passes reported errors. */
+Module *replan_search_base(Replan *r, Arena *a, Module *m, const PipelineOptions *po, Module **fewer);
 /* The fit check's re-plan (FitReplan): the memory plan's total with the overrides, -1 when it does
  * not compile. ctx: a Replan. */
 int64_t replan_total(void *ctx, const char *const *kv, int n);

@@ -71,7 +71,7 @@ typedef enum {
   PLAN_OPT_COUNT
 } PlanOpt;
 
-/* One memory-dependent auto choice's figure, decided by the driver (replan.c, auto_memory: replan_auto_memory,
+/* One memory-dependent auto choice's figure, decided by the driver (replan.c, auto_memory,
  * or compile_as's re-plan): the planned total per rank of the plan with the choice (the one taken, or the
  * fastest with it that fits where lost, else the smallest with it) and the device's memory (0: not measured:
  * no device memory known, or a test's module). The pass drops the choice where the total exceeds cap

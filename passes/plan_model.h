@@ -128,6 +128,11 @@ typedef struct {
 double plan_ana_frag(int pp);
 /* Reads the sizes from base and calibrates the time against base's compiled cost model. */
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev);
+/* The same, base compiled at fewer micro-batches than its plan's `accum` (the plan search's base:
+ * replan_search_base): base's compiled figures and those of `fewer` (the plan at fewer still, its auto choices
+ * base's) extrapolated to accum: a stage's work a step is affine in its micro-batches (per step, and per
+ * micro-batch). fewer NULL, or accum not over base's: plan_model_init. */
+void plan_model_init_at(PlanModel *pm, const Module *base, const Module *fewer, int64_t accum, const CostDevice *dev);
 /* How many ranks ZeRO shards c's optimizer state (and gradients, parameters) over: dp, and under
  * cp the dp x cp group (passes/zero.c; cp alone at dp 1). */
 double plan_zero_group(const struct PlanCand *c);

@@ -185,7 +185,22 @@ static void recompute_shares(PlanModel *pm, const Module *base, const CostDevice
   pm->attn_fwd = hd > 0 ? f / (f + b) : 2.0 / 7;
 }
 
+/* The compiled figures the calibration reads, r's at r's micro-batches `at` and f's at `fat`, taken affinely to
+ * `to` (r's per step and per micro-batch parts). */
+static void report_at(CostReport *r, int64_t at, const CostReport *f, int64_t fat, int64_t to) {
+  double x = (double)(to - at) / (double)(at - fat);
+  double *to_s[] = {&r->last_s[0], &r->last_s[1], &r->last_s[2], &r->last_s[3], &r->last_gemm_calls, &r->host_s,
+                    &r->d2h_bytes, &r->h2d_bytes, &r->d2h_copies, &r->h2d_copies};
+  const double *from[] = {&f->last_s[0], &f->last_s[1], &f->last_s[2], &f->last_s[3], &f->last_gemm_calls, &f->host_s,
+                          &f->d2h_bytes, &f->h2d_bytes, &f->d2h_copies, &f->h2d_copies};
+  for (size_t i = 0; i < sizeof to_s / sizeof to_s[0]; i++) *to_s[i] += (*to_s[i] - *from[i]) * x;
+}
+
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
+  plan_model_init_at(pm, base, NULL, 0, dev);
+}
+
+void plan_model_init_at(PlanModel *pm, const Module *base, const Module *fewer, int64_t accum, const CostDevice *dev) {
   memset(pm, 0, sizeof *pm);
   pm->capacity = memplan_capacity(base, NULL, 0);
   const Graph *g = base->graph;
@@ -271,6 +286,12 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
                 .v = base->plan.interleave > 1 ? base->plan.interleave : 1};
   CostReport r;
   cost_estimate(base, dev, &r);
+  if (fewer && fewer->memplan && fewer->batch.accum < c.accum && accum > c.accum) {
+    CostReport rf;
+    cost_estimate(fewer, dev, &rf);
+    report_at(&r, c.accum, &rf, fewer->batch.accum, accum);
+    c.accum = accum;
+  }
   /* a layer's GEMM launches as compiled (hfuse's pairs one, a full recompute's forward again): the last stage's
    * a micro-batch, less the head's 3, over its layers (uneven: its chunks' rows) */
   int nvs = c.pp * (c.sched == SCHED_INTERLEAVED ? c.v : 1);

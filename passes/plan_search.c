@@ -38,7 +38,7 @@ static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb"};
 /* Memory rank of a recompute mode: full keeps least, none most. */
 static int rec_lean(RecomputeKind r) { return r == RECOMPUTE_FULL ? 0 : r == RECOMPUTE_SELECTIVE ? 1 : 2; }
 
-int plan_cand_overrides(const Module *base, const PlanCand *c, char kv[SEARCH_KV][SEARCH_KV_LEN]) {
+int plan_cand_overrides(const PlanCand *c, char kv[SEARCH_KV][SEARCH_KV_LEN]) {
   int n = 0;
   snprintf(kv[n++], SEARCH_KV_LEN, "tp=%d", c->tp);
   snprintf(kv[n++], SEARCH_KV_LEN, "pp=%d", c->pp);
@@ -48,7 +48,7 @@ int plan_cand_overrides(const Module *base, const PlanCand *c, char kv[SEARCH_KV
   snprintf(kv[n++], SEARCH_KV_LEN, "zero=%d", c->zero);
   snprintf(kv[n++], SEARCH_KV_LEN, "recompute=%s", rec_names[c->rec]);
   snprintf(kv[n++], SEARCH_KV_LEN, "micro_batch=%d", c->mb);
-  snprintf(kv[n++], SEARCH_KV_LEN, "batch=%lld", (long long)base->batch.global);
+  snprintf(kv[n++], SEARCH_KV_LEN, "batch=%lld", (long long)c->mb * c->dp * c->accum); /* (the global batch) */
   if (c->pp > 1) snprintf(kv[n++], SEARCH_KV_LEN, "schedule=%s", sched_names[c->sched]);
   /* always: a file's own `pp N layers(..)` is not the candidate's (at pp 1, an error) */
   snprintf(kv[n++], SEARCH_KV_LEN, "pp_layers=%s", c->bal ? "balanced" : "even");
@@ -86,11 +86,10 @@ static void push(CandList *l, const PlanCand *c) {
  * for plans the compiler refuses sp in), zero up to 3 when dp > 1 (at least 1 under plan offload), the three recompute modes, micro-batches that divide the
  * global batch per replica, and with pp the schedules 1f1b, interleaved (2 chunks) and zb (gpipe
  * has 1f1b's bubble and more activations in flight: dominated). */
-static void enumerate(const Module *base, const bool *pin, CandList *out) {
+static void enumerate(const Module *base, int64_t global, const bool *pin, CandList *out) {
   const MeshMap *mm = base->mesh;
   const Plan *bp = &base->plan;
   int world = mm->world, dpn = mm->devices_per_node > 0 ? mm->devices_per_node : 1;
-  int64_t global = base->batch.global;
   int zlo = bp->offload ? 1 : 0; /* plan offload needs ZeRO (frontend/settings.c): at dp 1, zero 1 */
   for (int tp = 1; tp <= dpn && tp <= 64; tp *= 2) {
     if (world % tp || (pin[PIN_TP] && tp != mm->dim[RT_AX_TP])) continue;
@@ -166,13 +165,13 @@ void plan_cand_measure(const Module *m, const CostDevice *dev, PlanCand *c) {
 }
 
 /* Evaluates the candidates idx[0..n) of v at once. */
-static void evaluate(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, PlanCand *v, const int *idx,
+static void evaluate(const CostDevice *dev, PlanEval eval, void *ctx, PlanCand *v, const int *idx,
                      int n, double limit_s) {
   PlanJob job[SEARCH_JOBS_MAX];
   for (int k = 0; k < n; k++) {
     PlanJob *j = &job[k];
     j->c = &v[idx[k]];
-    j->n = plan_cand_overrides(base, j->c, j->buf);
+    j->n = plan_cand_overrides(j->c, j->buf);
     for (int i = 0; i < j->n; i++) j->kv[i] = j->buf[i];
     j->c->status = CAND_INVALID;
     j->c->err[0] = 0;
@@ -350,7 +349,8 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
   int keep = o && o->top > 0 ? o->top : 10;
   CandList l = {0};
   bool nopin[PIN_COUNT] = {0};
-  enumerate(base, o ? o->pinned : nopin, &l);
+  r->global = o && o->global > 0 ? o->global : base->batch.global;
+  enumerate(base, r->global, o ? o->pinned : nopin, &l);
   r->cand = l.v;
   r->n = l.n;
   r->param_bytes = logical_bytes(base, OP_PARAM);
@@ -358,7 +358,7 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
   char what[128];
   r->capacity = memplan_capacity(base, what, sizeof what);
   /* every candidate through the analytic model: its memory and step, no compile */
-  plan_model_init(&r->model, base, dev);
+  plan_model_init_at(&r->model, base, o ? o->fewer : NULL, r->global / (base->batch.global / base->batch.accum), dev);
   /* candidates whose stages (pp x interleaved chunks) do not divide the layers: `layers(balanced)`
    * (passes/pipe_balance.c); dropped: more stages than layers, or uneven ones over SEARCH_UNEVEN_MAX
    * (GPT-3's pp 64 on 96 layers, its schedules played at hundreds of micro-batches, took the analytic
@@ -498,7 +498,7 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
     double limit = o && o->compile_limit_s > 0 ? o->compile_limit_s : left / nb > 1 ? left / nb : 1;
     if (grace && limit < FIRST_COMPILE_S - grace_s) limit = FIRST_COMPILE_S - grace_s; /* (above) */
     double e0 = cpu_s();
-    evaluate(base, dev, eval, ctx, l.v, batch, nb, limit);
+    evaluate(dev, eval, ctx, l.v, batch, nb, limit);
     if (grace) grace_s += cpu_s() - e0;
     for (int k = 0; k < nb; k++) {
       PlanCand *c = &l.v[batch[k]];

@@ -93,6 +93,10 @@ typedef struct {
   double compile_limit_s; /* CPU seconds one compile may take (0: the budget left over the batch, at least 1) */
   int jobs;         /* candidates compiled at once (0: 1) */
   int confirm;      /* candidates compiled at most to confirm the analytic ranking (0: top + 2 x jobs) */
+  int64_t global;   /* the global batch the candidates split (0: the base's; the base may be compiled at fewer
+                     * micro-batches than the plan's: replan_search_base) */
+  const Module *fewer;        /* then the base at fewer still, or NULL: the calibration's second point
+                               * (plan_model_init_at) */
 } SearchOptions;
 
 typedef struct {
@@ -114,18 +118,20 @@ typedef struct {
   double capacity;  /* bytes per rank a plan must fit (0: unknown) */
   bool budget_hit;
   double seconds;   /* the search's wall-clock time */
+  int64_t global;   /* the global batch (sequences a step) every candidate splits */
   CostDevice dev;
 } SearchResult;
 
 /* Searches the plans of base's model on base's world and topology (base: the module as compiled
- * from the file's own plan). dev: the device figures (defaults or a profile). */
+ * from the file's own plan, perhaps at fewer micro-batches: o->global). dev: the device figures
+ * (defaults or a profile). */
 void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, const SearchOptions *o,
                  SearchResult *r);
 /* A compiled candidate's figures: memory (fit_plan_fits, the memory plan's classes), the cost
  * model's prediction, status CAND_FITS or CAND_NOFIT. */
 void plan_cand_measure(const Module *m, const CostDevice *dev, PlanCand *c);
 /* The overrides that select candidate c ("tp=8", "dp=auto", ...): n of them into kv. */
-int plan_cand_overrides(const Module *base, const PlanCand *c, char kv[SEARCH_KV][SEARCH_KV_LEN]);
+int plan_cand_overrides(const PlanCand *c, char kv[SEARCH_KV][SEARCH_KV_LEN]);
 /* "tp 8 sp . dp 16 zero 1 rec sel mb 2 (x4)" */
 void plan_cand_label(const PlanCand *c, char *buf, size_t cap);
 /* The ranked table (the top rows), why each loses to the best, and what was dropped. */

@@ -104,8 +104,8 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
   char a[32], b[32], c[32], d[32], e1[32], e2[32], lab[96];
   fprintf(f, "# plan search: %s on %s, %d ranks (%d node%s x %d), global batch %lld sequences, %lld tokens per step\n",
           base->name ? base->name : "model", base->has_topology && base->topo.name ? base->topo.name : "no topology",
-          mm->world, mm->nodes, mm->nodes == 1 ? "" : "s", mm->devices_per_node, (long long)base->batch.global,
-          (long long)ir_tokens_per_step(base));
+          mm->world, mm->nodes, mm->nodes == 1 ? "" : "s", mm->devices_per_node, (long long)r->global,
+          (long long)(ir_tokens_per_step(base) / base->batch.global * r->global));
   fprintf(f, "# device: %s\n", r->dev.source);
   fprintf(f, "# %d candidates (%d of them with `layers(balanced)` stages, `bal`: where pp (x chunks) does not divide the "
              "layers, or the balanced split beats the even one; %d more dropped: more stages than layers, uneven over 32, or "

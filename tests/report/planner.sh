@@ -15,7 +15,8 @@
 #     candidates over the bound (parameters and state alone) are not compiled, the bound's example
 #     hand-checked, the search under 10 s on 40 and 80 GiB; the analytic model within 15 % (memory)
 #     and 30 % (step) of the compiled plans of GPT-2 and tiny; GPT-3 pp 4 x cp 2 (72 micro-batches)
-#     plans in under 4 CPU s (12 on the code before 2026-11-27's wip-cspeed: quadratic in its slices);
+#     plans in under 4 CPU s (12 on the code before 2026-11-27's wip-cspeed: quadratic in its slices); a pinned
+#     pipeline's search whose base is compiled at fewer micro-batches keeps the plan's batch (header, --pick);
 #  4. --pick plans the table's first row: its predicted step (compiled in full) is the row's, and
 #     `shardc build --pick` writes a trainer that runs 2 steps; a world and batch the file's own
 #     micro-batch cannot reach (-D batch=8 --world 4, micro_batch 8) are searched all the same (the
@@ -242,6 +243,17 @@ fi
 if echo "$out80" | has -E '^# +[0-9]+!? +dp .* pp [0-9]+ .* (fits|does not fit)'; then echo "$out80" | pp_rows "GPT-3 on p4de-x128" || fail=1; fi
 n80=$(echo "$out80" | sed -n 's/.* ranked by the analytic model in [0-9.]* s (passes\/plan_model.c): \([0-9]*\) fit.*/\1/p')
 [ "${n80:-0}" -gt "${nfit:-0}" ] || bad "GPT-3: 80 GiB fits ${n80:-?} candidates analytically, 40 GiB ${nfit:-?}"
+
+# the search's base at fewer micro-batches (replan.c's replan_search_base; docs/planner.md "The search's base at
+# fewer micro-batches"): Llama-3-8B pinned to tp 4 pp 8 cp 2 zb on 64 ranks, batch 64 (dp 1: 64 micro-batches), its
+# base compiled at 32 and 16 of them; the candidates, the header and --pick's plan at the plan's own batch (its
+# calibration against the whole base's: tests/passes/test_plan_base.c)
+out=$("$shardc" plan models/llama3-8b.model --target cuda --topology models/topo/p5.topo --world 64 -D tp=4 -D pp=8 -D cp=2 \
+  -D schedule=zb -D batch=64 --search --pick --budget 4 2>&1) || bad "Llama-3-8B pp 8 batch 64: the search failed: $(echo "$out" | tail -2)"
+echo "$out" | has '^# plan search: llama3_8b on p5, 64 ranks (8 nodes x 8), global batch 64 sequences, 524288 tokens per step$' ||
+  bad "Llama-3-8B pp 8 batch 64: the search's header: $(echo "$out" | grep -m1 '^# plan search')"
+echo "$out" | has '^# picked #1: .* -D micro_batch=[0-9]* -D batch=64 ' || bad "Llama-3-8B pp 8 batch 64: $(echo "$out" | grep -m1 '^# picked')"
+echo "$out" | has '^#   step .* 524288 tokens: ' || bad "Llama-3-8B pp 8 batch 64: the picked plan's step: $(echo "$out" | grep -m1 '^#   step')"
 
 # nothing fits even by the model (a 4 GiB A100): the search names the closest and its classes, fast (its 4.6 GiB:
 # 4.8 while the weight gradients were made one per sequence under cp; docs/planner.md)
