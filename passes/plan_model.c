@@ -428,7 +428,11 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       }
       if (most_inf > 0) ulay = most_act / most_inf / (lst / c->v);
     }
-    double H = pm->vocab / tp * d * cb;         /* the head's (embedding's) gradient of one */
+    /* the head's (embedding's) gradient of one, as the ranks hold it until its merge (passes/pipe.c): untied, its
+     * f32 cast for the running sum, which reads the last stage's value alone and so runs in its F (Llama-3-405B pp 32
+     * zb cp 2: the last stage held 32 x 1002 MiB, the model priced 501 each: 0.81 of the compiled peak); tied, the
+     * two stages' parts summed first in the compute precision, then cast (GPT-3's held matmul and embed_bwd outputs) */
+    double H = pm->vocab / tp * d * (pm->tied ? cb : 4);
     /* zb: what B keeps for W besides the activations, its hand-off (the weight GEMMs' output gradients:
      * zb_handoff_units) and under recompute the GEMM inputs B's recompute made (zb_held_units) */
     double held = (1 - zb_unheld(e, lst)) * zb_held_units(pm, c->rec); /* (what B's recompute made for W; hold(N): its layers') */
@@ -463,7 +467,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       const PpLoad *l = &pr->load[i];
       double As = own ? perA * (double)n[l->stage] : A, Ss = own ? perS * (double)n[l->stage] : S;
       double Fs = own ? perF * (double)n[l->stage] : Fb;
-      double x = l->a * As + l->b * Ss - (l->b - l->fresh) * Fs + pp_grads_held(l, pm->tied) * H + l->last * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
+      double x = l->a * As + l->b * Ss - (l->b - l->fresh) * Fs + pp_grads_held(l, pm->tied) * H + l->lastf * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
       if (x > most || !peak) most = x, peak = l;
       if (own && l->stage < RT_MAX_STAGES && x > stage_x[l->stage]) stage_x[l->stage] = x;
     }

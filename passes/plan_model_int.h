@@ -13,7 +13,9 @@ typedef struct {
                   yet: at its end B's hand-off and what only it read of its forward's activations are both live) */
   int hf, hl;  /* of h, the embedding's (made by the first stage's B) and the head's (the last stage's F): an
                   untied model's stays on its own stage (passes/pipe_owners.c), a tied one's on both ends */
-  int last;              /* the last stage's (it holds the logits) */
+  int last;              /* the last stage's */
+  int lastf;             /* the last stage's, its last instruction the last virtual stage's F: its head's work (the
+                            logits in f32, the final norm) live beside these loads (after a B or a W it is not) */
   int first;             /* the first stage's (it holds the embedding tables) */
   int stage;             /* the stage's (uneven stages: priced with its own layers) */
   short ac[PIPE_LOAD_CHUNKS]; /* interleaved: of a, each chunk's forwards (uneven chunks: each with its layers) */

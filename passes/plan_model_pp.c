@@ -39,12 +39,12 @@ static bool chunks_ge(const PpLoad *x, const PpLoad *y) {
 static void pareto_add(LoadSet *p, PpLoad x) {
   for (int i = p->n - 1; i >= 0; i--) { /* (the newest first: a schedule's loads repeat, its last the likeliest) */
     const PpLoad *y = &p->v[i];
-    if (y->a >= x.a && y->b >= x.b && y->fresh >= x.fresh && y->h >= x.h && y->hf >= x.hf && y->hl >= x.hl && y->last >= x.last && y->first >= x.first && chunks_ge(y, &x)) return;
+    if (y->a >= x.a && y->b >= x.b && y->fresh >= x.fresh && y->h >= x.h && y->hf >= x.hf && y->hl >= x.hl && y->last >= x.last && y->lastf >= x.lastf && y->first >= x.first && chunks_ge(y, &x)) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->v[i];
-    if (!(x.a >= y->a && x.b >= y->b && x.fresh >= y->fresh && x.h >= y->h && x.hf >= y->hf && x.hl >= y->hl && x.last >= y->last && x.first >= y->first && chunks_ge(&x, y)))
+    if (!(x.a >= y->a && x.b >= y->b && x.fresh >= y->fresh && x.h >= y->h && x.hf >= y->hf && x.hl >= y->hl && x.last >= y->last && x.lastf >= y->lastf && x.first >= y->first && chunks_ge(&x, y)))
       p->v[k++] = *y;
   }
   p->n = k;
@@ -203,12 +203,13 @@ static void pp_loads(PlanModel *pm, PpProfile *p, const double *key) {
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
   int *a = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
   int *bw = calloc((size_t)pp, sizeof(int)), *fr = calloc((size_t)pp, sizeof(int)); /* fr: the stage's last a B */
+  int *lf = calloc((size_t)pp, sizeof(int)); /* the stage's last instruction the last virtual stage's F */
   char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held */
   char *hmf = calloc((size_t)M, 1), *hml = calloc((size_t)M, 1); /* of those, the embedding's, the head's */
   short *ac = calloc((size_t)pp * PIPE_LOAD_CHUNKS, sizeof *ac); /* [stage][chunk]: its forwards held */
   LoadSet *set = calloc((size_t)pp, sizeof *set);
   char msg[256];
-  if (!order || !a || !left || !hm || !hmf || !hml || !bw || !fr || !set || !ac) die("plan model: out of memory");
+  if (!order || !a || !left || !hm || !hmf || !hml || !bw || !fr || !lf || !set || !ac) die("plan model: out of memory");
   bool zb = kind == SCHED_ZB;
   if (pipe_sched_check(&s, 1, order, msg, sizeof msg)) {
     int last = pp * s.v - 1, h = 0, hf = 0, hl = 0, done = 0;
@@ -231,8 +232,9 @@ static void pp_loads(PlanModel *pm, PpProfile *p, const double *key) {
       }
       left[in.mb]--;
       fr[st] = zb && in.op == 'B';
+      lf[st] = in.op == 'F' && vs == last;
       for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) {
-        PpLoad l = {a[q], bw[q], h, fr[q], hf, hl, q == pp - 1, q == 0, q, {0}};
+        PpLoad l = {a[q], bw[q], h, fr[q], hf, hl, q == pp - 1, lf[q], q == 0, q, {0}};
         if (s.v > 1) memcpy(l.ac, ac + q * PIPE_LOAD_CHUNKS, sizeof l.ac); /* (else one chunk: a) */
         pareto_add(&set[q], l);
       }
@@ -258,7 +260,7 @@ static void pp_loads(PlanModel *pm, PpProfile *p, const double *key) {
   if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
   else free(order);
   count_last(&p->s, p->nlast);
-  free(a), free(left), free(hm), free(hmf), free(hml), free(bw), free(fr), free(ac);
+  free(a), free(left), free(hm), free(hmf), free(hml), free(bw), free(fr), free(lf), free(ac);
 }
 
 /* FNV-1a over n bytes, from h. */
@@ -603,6 +605,8 @@ double pp_stage_loads_v(const PpProfile *pr, const int64_t *n, int nv, int pp, d
       lay += (double)n[k];
       fw += (v > 1 && v <= PIPE_LOAD_CHUNKS ? l->ac[c] * v : (double)l->a) * (double)n[k]; /* (a: over the v chunks) */
     }
+    /* (the head's work at every load of the last stage, not only beside its F (PpLoad.lastf): this path's
+     * activations a chunk are priced low, GPT-2 pp 2 bal int2 mb 8 0.89 of the compiled with lastf: docs/planner.md) */
     double y = a * fw + l->b * s * lay + pp_grads_held(l, tied) * h + l->last * head + (l->first * ends[0] + l->last * ends[1]) * pe;
     x[l->stage] = y > x[l->stage] ? y : x[l->stage];
     if (y > top || *peak < 0) top = y, *peak = i;
