@@ -578,7 +578,7 @@ static bool base_passes(Replan *r, Arena *a, Module *x, int64_t micro, const Pip
  * the search began. Its calibration reads the last stage's work a step, affine in the micro-batches from 2 pp on
  * (each stage's warm-up, steady state and drain; at pp, 1f1b's steady state is missing): compiled at 4 pp and 2 pp
  * of them and taken to the plan's (plan_model_init_at), it is the whole plan's where the auto choices are the
- * same at both (interleaved: within 0.1 % of each candidate's estimate, hfuse's pairs by where the memory plan
+ * same at both (zb, interleaved: within 0.1 % of each candidate's estimate, hfuse's pairs by where the memory plan
  * puts the weights; tests/passes/test_plan_base.c). */
 enum { SEARCH_BASE_ROUNDS = 4 };
 

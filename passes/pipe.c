@@ -215,6 +215,8 @@ static void run_class(Pp *p, int vs, int mb, char cls) {
     if (p->cls[i] == cls) run_node(p, vs, mb, p->body->nodes[i]);
 }
 
+static void run_maker_merges(Pp *p, int mb, char kind);
+
 static void run_instr(Pp *p, int st, PipeInstr in) {
   int mb = in.mb, vs = in.chunk * p->pp + st, last = p->pp * p->v - 1;
   PtrMap *sm = pipe_smap(p, vs, mb);
@@ -233,6 +235,7 @@ static void run_instr(Pp *p, int st, PipeInstr in) {
       p2p(p, vs, mb, (Value *)got, vs + 1, false, NULL);
     } else {
       run_class(p, vs, mb, C_LAST);
+      run_maker_merges(p, mb, C_LAST);
     }
     return;
   }
@@ -245,6 +248,7 @@ static void run_instr(Pp *p, int st, PipeInstr in) {
     p2p(p, vs, mb, (Value *)got, vs - 1, true, NULL);
   } else {
     run_class(p, vs, mb, C_FIRSTB);
+    run_maker_merges(p, mb, C_FIRSTB);
   }
 }
 
@@ -332,13 +336,34 @@ static void run_stage_merges(Pp *p, int st, int mb) {
   ptrmap_free(&loc);
 }
 
+/* The merges of micro-batch mb into a sum the stage making their values holds alone (pipe_maker_merges: kind C_LAST,
+ * the last virtual stage's F has just run; C_FIRSTB, the first's B), there and then: its chain of p->sum, in
+ * micro-batch order. */
+static void run_maker_merges(Pp *p, int mb, char kind) {
+  Graph *b = p->body;
+  int vs = kind == C_LAST ? p->pp * p->v - 1 : 0;
+  for (int i = 0; i < b->nnodes; i++) {
+    if (p->maker[i] != kind) continue;
+    Node *d = b->nodes[i];
+    Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
+    for (int j = 0; j < d->nin; j++) {
+      Value *u = d->in[j];
+      int k = u->def->graph == b && u->def->op != OP_ARG ? pipe_pos_in(b, u->def) : -1;
+      in[j] = lookup(p, k >= 0 && p->cls[k] == kind ? pipe_smap(p, vs, mb) : NULL, mb, u);
+    }
+    ir_clone_node(p->g, d, in, &p->shared[mb]);
+  }
+  for (int c = 0; c < p->A->a.ncarry; c++)
+    if (p->made[c] && p->maker[pipe_pos_in(b, b->results[c]->def)] == kind) p->sum[c] = lookup(p, NULL, mb, b->results[c]);
+}
+
 /* The nodes reading several stages' values of micro-batch mb, on every rank (the early ones are each
  * stage's: run_stage_merges). A stage's value read here is the sum over the stages that may hold it
  * (the others hold zeros). */
 static void run_merges(Pp *p, int mb) {
   Graph *b = p->body;
   for (int i = 0; i < b->nnodes; i++) {
-    if (p->cls[i] != C_MERGE || p->early[i]) continue;
+    if (p->cls[i] != C_MERGE || p->early[i] || p->maker[i]) continue;
     Node *d = b->nodes[i];
     Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
     for (int j = 0; j < d->nin; j++) {
@@ -353,7 +378,7 @@ static void run_merges(Pp *p, int mb) {
     ir_clone_node(p->g, d, in, &p->shared[mb]);
   }
   for (int c = 0; c < p->A->a.ncarry; c++)
-    if (!p->local[c]) p->sum[c] = lookup(p, NULL, mb, b->results[c]);
+    if (!p->local[c] && !p->made[c]) p->sum[c] = lookup(p, NULL, mb, b->results[c]);
 }
 
 bool pass_pipe(Module *m) {
@@ -410,6 +435,7 @@ bool pass_pipe(Module *m) {
     p.nowned = pipe_owned_params(&p, &p.g->nodes[ia + 1], nafter, p.owner, p.owned, p.owned_set);
   }
   pipe_stage_merges(&p);
+  pipe_maker_merges(&p);
   pipe_fold_plan(&p, &s);
   pipe_plan_report(&p, &s);
   p.map = calloc((size_t)(pp * p.v * p.M), sizeof(PtrMap));

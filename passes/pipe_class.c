@@ -249,3 +249,62 @@ void pipe_stage_merges(Pp *p) {
     }
   }
 }
+
+/* The class (C_LAST, C_FIRSTB) of the values merge node x reads besides its owned sum and what every stage computes,
+ * where one class alone and a sum the stage making it holds alone (owner: the last stage for C_LAST, the first for
+ * C_FIRSTB); else 0. kind: the candidates' classes so far (0: none). */
+static char maker_kind(const Pp *p, const Node *x, const char *kind) {
+  const Graph *b = p->body;
+  int nc = p->A->a.ncarry;
+  char k = 0;
+  for (int j = 0; j < x->nin; j++) {
+    const Value *u = x->in[j];
+    if (u->def->graph != b) continue;
+    char want;
+    if (u->def->op == OP_ARG) {
+      int c = u->def->a.index;
+      if (c >= nc) return 0;
+      want = p->owner[c] == 1ull << (p->pp - 1) ? C_LAST : p->owner[c] == 1ull ? C_FIRSTB : 0;
+    } else {
+      int q = pipe_pos_in(b, u->def);
+      if (p->cls[q] == C_ALL) continue;
+      want = p->cls[q] == C_LAST || p->cls[q] == C_FIRSTB ? p->cls[q] : kind[q];
+    }
+    if (!want || (k && k != want)) return 0;
+    k = want;
+  }
+  return k;
+}
+
+/* The merges into a sum one stage alone holds (pipe_owned_params: an untied head's and final norm's gradients on
+ * the last stage, the embedding's on the first) of values only that stage's head (C_LAST: the last virtual stage's
+ * F) or embedding backward (C_FIRSTB: the first's B) makes: done on that stage right after the instruction making
+ * them (pipe.c's run_maker_merges), not once every stage has run the micro-batch (run_merges). That instruction runs
+ * the micro-batches in order, so the sums are the same adds in the same order, and the stage holds no micro-batch's
+ * gradient until the others are done with it (Llama-3-405B pp 32 zb cp 2: 32 of the head's, 1002 MiB each, on the
+ * last stage; docs/planner.md). Read only by such merges or yielded as their sum's. Greatest fixed point. */
+void pipe_maker_merges(Pp *p) {
+  Graph *b = p->body;
+  int n = b->nnodes, nc = p->A->a.ncarry;
+  p->maker = ARENA_ARRAY(p->m->arena, char, n + 1);
+  p->made = ARENA_ARRAY(p->m->arena, bool, nc + 1);
+  for (int i = 0; i < n; i++) p->maker[i] = p->cls[i] == C_MERGE && !p->early[i] && !b->nodes[i]->body ? C_MERGE : 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int i = 0; i < n; i++) {
+      if (!p->maker[i]) continue;
+      const Node *x = b->nodes[i];
+      char k = maker_kind(p, x, p->maker);
+      for (int r = 0; r < n && k; r++) /* read by such merges only */
+        if (r != i && pipe_reads_node(b->nodes[r], x) && b->nodes[r]->op != OP_ARG && !p->maker[r]) k = 0;
+      for (int r = 0; r < b->nresults && k; r++) /* yielded only as a sum its stage holds */
+        for (int q = 0; q < x->nout; q++)
+          if (b->results[r] == x->out[q] && (r >= nc || p->owner[r] != (k == C_LAST ? 1ull << (p->pp - 1) : 1ull))) k = 0;
+      if (k != p->maker[i]) p->maker[i] = k, changed = true;
+    }
+  }
+  for (int c = 0; c < nc; c++) {
+    const Node *r = b->results[c]->def;
+    p->made[c] = r->graph == b && r->op != OP_ARG && p->maker[pipe_pos_in(b, r)];
+  }
+}

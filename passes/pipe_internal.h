@@ -60,6 +60,9 @@ typedef struct {
    * (pipe_stage_merges): the merges reading only a stage's own layer gradients, and the sums they
    * make, one running sum per stage (stage_select'ed after the last micro-batch) */
   char *early;    /* by body node position: a merge of one stage's values (pipe_stage_merges) */
+  char *maker;    /* by body node position: C_LAST or C_FIRSTB for a merge into a sum one stage holds of values only
+                     that class makes, done as the instruction making them has run (pipe_maker_merges), else 0 */
+  bool *made;     /* [ncarry]: a sum those merges make (run_merges leaves its chain alone) */
   bool *local;    /* [ncarry]: a sum each stage makes of its own parts (its chain in ssum) */
   Value **ssum;   /* [ncarry * pp]: stage s's running sum of carry c at c pp + s (NULL: none yet) */
   /* the merges folded into the loops making their gradients (pipe_fold_plan) */
@@ -104,6 +107,8 @@ int pipe_owned_params(const Pp *p, Node *const *after, int nafter, uint64_t *own
 uint64_t pipe_owner_of(const Pp *p, const Node *n);
 /* Marks p->early and p->local: the merges and sums each stage can do on its own (pipe_class.c). */
 void pipe_stage_merges(Pp *p);
+/* Marks p->maker and p->made: the merges into an owned sum done right after their values are made (pipe_class.c). */
+void pipe_maker_merges(Pp *p);
 
 /* passes/pipe_fold.c: the merges each stage's loops do (p->fold: a local carry's add of a stacked
  * loop output read by it alone, where the lists run the loop's instructions in micro-batch order),

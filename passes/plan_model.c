@@ -428,11 +428,15 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       }
       if (most_inf > 0) ulay = most_act / most_inf / (lst / c->v);
     }
-    /* the head's (embedding's) gradient of one, as the ranks hold it until its merge (passes/pipe.c): untied, its
-     * f32 cast for the running sum, which reads the last stage's value alone and so runs in its F (Llama-3-405B pp 32
-     * zb cp 2: the last stage held 32 x 1002 MiB, the model priced 501 each: 0.81 of the compiled peak); tied, the
+    /* the head's (embedding's) gradient of one, as the ranks hold it until its merge (pp_grads_held): untied, its
+     * f32 cast for the running sum (Llama-3-405B pp 32 zb cp 2 held 32 x 1002 MiB on its last stage until each
+     * micro-batch's merge, the model priced 501 each: 0.81 of the compiled peak; merged at once since); tied, the
      * two stages' parts summed first in the compute precision, then cast (GPT-3's held matmul and embed_bwd outputs) */
     double H = pm->vocab / tp * d * (pm->tied ? cb : 4);
+    GradsHeld gheld = pm->tied                                    ? GRADS_TIED
+                      : c->zero < 2 || plan_zero_group(c) <= 1      ? GRADS_MERGED
+                      : c->sched == SCHED_ZB                        ? GRADS_SCATTERED_ZB
+                                                                    : GRADS_SCATTERED;
     /* zb: what B keeps for W besides the activations, its hand-off (the weight GEMMs' output gradients:
      * zb_handoff_units) and under recompute the GEMM inputs B's recompute made (zb_held_units) */
     double held = (1 - zb_unheld(e, lst)) * zb_held_units(pm, c->rec); /* (what B's recompute made for W; hold(N): its layers') */
@@ -467,7 +471,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       const PpLoad *l = &pr->load[i];
       double As = own ? perA * (double)n[l->stage] : A, Ss = own ? perS * (double)n[l->stage] : S;
       double Fs = own ? perF * (double)n[l->stage] : Fb;
-      double x = l->a * As + l->b * Ss - (l->b - l->fresh) * Fs + pp_grads_held(l, pm->tied) * H + l->lastf * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
+      double x = l->a * As + l->b * Ss - (l->b - l->fresh) * Fs + pp_grads_held(l, gheld) * H + l->lastf * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
       if (x > most || !peak) most = x, peak = l;
       if (own && l->stage < RT_MAX_STAGES && x > stage_x[l->stage]) stage_x[l->stage] = x;
     }
@@ -475,7 +479,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     if (n && nv > c->pp && lst * ulay > 0) { /* interleaved uneven: each stage's loads with its own chunks' (each chunk's
                                              * forwards in flight with its layers), the peak the most loaded stage's */
       int at;
-      peak_x = pp_stage_loads_v(pr, n, nv, c->pp, A / (lst * ulay), S / (lst * ulay), H, pm->tied, head, pend, per_p + per_o + cv4, stage_x, &at);
+      peak_x = pp_stage_loads_v(pr, n, nv, c->pp, A / (lst * ulay), S / (lst * ulay), H, gheld, head, pend, per_p + per_o + cv4, stage_x, &at);
       if (at >= 0) most = peak_x, peak = &pr->load[at];
     }
     if (peak) {

@@ -20,10 +20,15 @@ typedef struct {
   int stage;             /* the stage's (uneven stages: priced with its own layers) */
   short ac[PIPE_LOAD_CHUNKS]; /* interleaved: of a, each chunk's forwards (uneven chunks: each with its layers) */
 } PpLoad;
-/* The head's and embedding's gradients a load's stage holds: a tied table's on every stage, as the loads
- * count them (h); an untied model's on their own stages alone (the first's hf, the last's hl: Llama-3-8B dp 256
- * tp 2+sp pp 4 1f1b z2, compiled: none at the first stage's peak, where h is 2, 1002 MiB) */
-static inline int pp_grads_held(const PpLoad *l, bool tied) { return tied ? l->h : l->first * l->hf + l->last * l->hl; }
+/* How the head's and embedding's gradients are held between instructions: a tied table's on every stage, as the
+ * loads count them (h: merged once every stage has run the micro-batch); an untied model's merged into its stage's
+ * sum as the instruction making it has run (passes/pipe_class.c's maker merges): none held, but under ZeRO-2/3 the
+ * head's on the last stage, its reduce-scatter over dp waited on a micro-batch later (passes/zero_late.c), and
+ * under zb the embedding's on the first, after that stage's W */
+typedef enum { GRADS_MERGED, GRADS_SCATTERED, GRADS_SCATTERED_ZB, GRADS_TIED } GradsHeld;
+static inline int pp_grads_held(const PpLoad *l, GradsHeld k) {
+  return k == GRADS_TIED ? l->h : k == GRADS_SCATTERED_ZB ? l->first + l->last : k == GRADS_SCATTERED ? l->last : 0;
+}
 typedef struct PpPlay {
   double key[PP_KEYS];    /* the stage times the lists were played with, over a middle stage's F (pp_key) */
   double bubble;          /* the idle fraction, as the cost model's timeline has it */
@@ -71,7 +76,7 @@ bool plan_model_balance_fit(PlanModel *pm, const struct PlanCand *c, const PlanE
  * with the stage's chunks' mean layers, the head's gradient h,
  * the head's activations head and the end stages' parameters ends[2] x their bytes per element pe, into
  * x[pp]; the largest of them, *peak its load's index. (plan_model_balance_fit's per-stage bytes; plan_model_pp.c) */
-double pp_stage_loads_v(const struct PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h, bool tied,
+double pp_stage_loads_v(const struct PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h, GradsHeld held,
                         double head, const double *ends, double pe, double *x, int *peak);
 /* zb: what B hands W a layer, in hidden states per token on a rank (tp, sp as the plan has them), and
  * under recompute r what B's recompute made that W reads (plan_model_pp.c says how each is counted). */

@@ -591,7 +591,7 @@ bool plan_model_balance_fit(PlanModel *pm, const PlanCand *c, const PlanEstimate
   return true;
 }
 
-double pp_stage_loads_v(const PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h, bool tied, double head,
+double pp_stage_loads_v(const PpProfile *pr, const int64_t *n, int nv, int pp, double a, double s, double h, GradsHeld held, double head,
                         const double *ends, double pe, double *x, int *peak) {
   double top = 0;
   int v = nv / pp;
@@ -607,7 +607,7 @@ double pp_stage_loads_v(const PpProfile *pr, const int64_t *n, int nv, int pp, d
     }
     /* (the head's work at every load of the last stage, not only beside its F (PpLoad.lastf): this path's
      * activations a chunk are priced low, GPT-2 pp 2 bal int2 mb 8 0.89 of the compiled with lastf: docs/planner.md) */
-    double y = a * fw + l->b * s * lay + pp_grads_held(l, tied) * h + l->last * head + (l->first * ends[0] + l->last * ends[1]) * pe;
+    double y = a * fw + l->b * s * lay + pp_grads_held(l, held) * h + l->last * head + (l->first * ends[0] + l->last * ends[1]) * pe;
     x[l->stage] = y > x[l->stage] ? y : x[l->stage];
     if (y > top || *peak < 0) top = y, *peak = i;
   }

@@ -3,8 +3,9 @@
  * issued after its stage's next backward layer loop when that loop is zb's W (a weight-gradient loop:
  * reverse, no carry) scattering over dp, not before it: W's per-layer scatters, waited in or after the
  * loop, no longer queue behind it on the dp channel (Llama-3-8B dp 256 pp 4 zb z2: 1,002 MiB, ~21 ms,
- * ahead of stage 0's W). Its reader (the running sum's add) moves to just before that add's own first
- * reader, so the wait falls a micro-batch later. Order only: the same nodes, the same values
+ * ahead of stage 0's W). Its reader (the running sum's add, before or after the loop) moves to just before that
+ * add's own first reader, so the wait falls a micro-batch later; so does the last stage's head gradient's add,
+ * which follows the F making it. Order only: the same nodes, the same values
  * (docs/pipeline.md, "Under recompute"; tests/passes/test_pp_equiv_zlate.c). 1F1B, GPipe and
  * interleaved have no W loop: nothing moves there.
  */
@@ -63,14 +64,28 @@ bool pass_zero_late(Module *m) {
     int b = -1, w = -1;
     for (int k = i - 1; k >= 0 && b < 0; k--)
       if (g->nodes[k]->op == OP_REPEAT && g->nodes[k]->stage == s->stage) b = k;
-    if (b < 0 || !g->nodes[b]->a.reverse || g->nodes[b]->a.ncarry == 0) continue;
-    for (int k = i + 1; k < rd && w < 0; k++)
+    for (int k = i + 1; k < g->nnodes && w < 0; k++)
       if (g->nodes[k]->op == OP_REPEAT && g->nodes[k]->stage == s->stage) w = k;
-    if (w < 0) continue;
-    const Node *wl = g->nodes[w];
-    if (!wl->a.reverse || wl->a.ncarry != 0 || !scatters_dp(wl->body, axis)) continue;
+    const Node *wl = w >= 0 ? g->nodes[w] : NULL;
+    if (b < 0 || !g->nodes[b]->a.reverse || g->nodes[b]->a.ncarry == 0 || !wl || !wl->a.reverse || wl->a.ncarry != 0 ||
+        !scatters_dp(wl->body, axis)) {
+      /* the last stage's head (passes/pipe_class.c's maker merges: its gradient's add right after the F making it):
+       * the add (its wait) alone, to just before its own first reader, the next micro-batch's, one gradient held
+       * till then (Llama-3-8B dp 256 tp 2+sp pp 4 zb z2: its F 50.9 -> 57.4 ms waiting in it, the step 2.49 ->
+       * 2.58 s; 2.48 so). (The first stage's embedding, after its B, waits there as before: the gradient held a
+       * micro-batch more is beside that stage's most activations, Llama-3-405B dp 32 tp 8+sp pp 8 1f1b z2's
+       * balanced split found none that fits with it.) */
+      int rr = first_reader(g, r, rd);
+      if (s->stage == m->mesh->dim[RT_AX_PP] && rr < g->nnodes && rr - 1 > rd) move_node(g, rd, rr - 1), moved = true;
+      continue;
+    }
+    /* the add may run before the loop (passes/pipe_class.c's maker merges: the embedding's, right after its B):
+     * then it goes past the loop too, which its own first reader must allow */
+    int rr0 = first_reader(g, r, rd);
+    if (rd < w && rr0 <= w) continue;
     move_node(g, i, w); /* s now right after the loop */
-    int at = pos_of(g, r, w);
+    int at = pos_of(g, r, rd < w ? rd - 1 : w);
+    if (at < w) move_node(g, at, w), at = w; /* (before the loop: now just after s) */
     int rr = first_reader(g, r, at);
     if (rr < g->nnodes && rr - 1 > at) move_node(g, at, rr - 1);
     i--; /* the node now at i is new */

@@ -2,14 +2,15 @@
  * passes/plan_model_init.c's plan_model_init_at; docs/planner.md "The search's base at fewer micro-batches"): a
  * pipeline's calibration from its plan compiled at 4 pp and 2 pp micro-batches, taken affinely to the plan's, is the
  * calibration from the plan compiled whole. On the CUDA target in bf16, Llama-3-8B on its p5 node (8 ranks):
- *   tp 2 pp 4 at 1f1b and zb, recompute selective, and tp 1 pp 4 dp 2 ZeRO-1 (the optimizer's and the gradients' per-step
+ *   tp 2 pp 4 1f1b, recompute selective, and tp 1 pp 4 dp 2 ZeRO-1 (the optimizer's and the gradients' per-step
  *   work over half the state), at 32 micro-batches against 16 and 8: every calibrated figure (the four kinds' factors,
  *   the GEMM launches a layer, the balance's) within 1e-9 relative of the whole plan's, and so the estimates of the
  *   plan at each recompute and micro-batch 1, 2;
- *   interleaved (v 2): those estimates within 0.1 % (its GEMM launches are not affine in the micro-batches: hfuse
- *   pairs sibling GEMMs by where the memory plan puts their weights: 19.8 a layer at 32, 20.6 from 16 and 8);
- * and that it is no identity: the base at 16 alone calibrates otherwise (the per-step work weighs more there), the
- * memory-bound factor by over 0.5 %.
+ *   zb and interleaved (v 2): those estimates within 0.1 % (their GEMM launches are not affine in the micro-batches:
+ *   hfuse pairs sibling GEMMs by where the memory plan puts their weights; interleaved 20.9 a layer at 32, 21.0 from
+ *   16 and 8: 0.09 % apart; zb 0.02 %);
+ * and that it is no identity: the ZeRO-1 base at 16 alone calibrates otherwise (the per-step work weighs more
+ * there), the memory-bound factor by over 1 % (4.4 %).
  * Not timing: the models' arithmetic; twelve compiles (about 2 CPU s in all on this machine's Xeon). */
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +29,8 @@ static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 
 typedef struct {
   const char *name, *tp, *dp, *zero, *sched;
+  bool affine;   /* its compiled figures affine in the micro-batches: the calibration exact */
+  bool per_step; /* its per-step work weighs: the base at 16 alone calibrates k_mem otherwise, by over 1 % */
 } Case;
 
 static Module *compiled(Arena *a, const Case *k, int micro) {
@@ -83,13 +86,12 @@ static void check_case(const Case *k) {
   figures(&pw, fw);
   figures(&pa, fa);
   figures(&p1, f1);
-  bool inter = strcmp(k->sched, "interleaved") == 0;
-  for (int i = 0; i < NFIG && !inter; i++)
+  for (int i = 0; i < NFIG && k->affine; i++)
     CHECK(fabs(fa[i] - fw[i]) <= 1e-9 * fabs(fw[i]), "%s: %s %.12g from 16 and 8 micro-batches, %.12g from 32", k->name,
           fig_names[i], fa[i], fw[i]);
-  CHECK(fabs(f1[2] / fw[2] - 1) > 0.005, "%s: k_mem %.6g at 16 micro-batches alone, %.6g at 32: the per-step work no "
-        "longer weighs (the test shows nothing)", k->name, f1[2], fw[2]);
-  /* the estimates the search ranks by: within 1e-9 (interleaved: 0.1 %) of the whole base's */
+  CHECK(!k->per_step || fabs(f1[2] / fw[2] - 1) > 0.01, "%s: k_mem %.6g at 16 micro-batches alone, %.6g at 32: the "
+        "per-step work no longer weighs (the test shows nothing)", k->name, f1[2], fw[2]);
+  /* the estimates the search ranks by: within 1e-9 (not affine: 0.1 %) of the whole base's */
   double worst = 0, worst1 = 0;
   for (int rc = 0; rc < 3; rc++)
     for (int mb = 1; mb <= 2; mb++) {
@@ -97,7 +99,7 @@ static void check_case(const Case *k) {
       double s1 = step_of(&p1, whole, &dev, (RecomputeKind)rc, mb);
       worst = fmax(worst, fabs(sa / sw - 1)), worst1 = fmax(worst1, fabs(s1 / sw - 1));
     }
-  CHECK(worst <= (inter ? 1e-3 : 1e-9), "%s: the estimates %.3g off the whole base's at most", k->name, worst);
+  CHECK(worst <= (k->affine ? 1e-9 : 1e-3), "%s: the estimates %.3g off the whole base's at most", k->name, worst);
   printf("%s: k_gemm %.4f k_attn %.4f k_mem %.4f (16 alone: %.4f) k_kern %.4f, %.2f GEMM launches a layer; the estimates "
          "%.2g off the whole base's (16 alone: %.2g)\n", k->name, fw[0], fw[1], fw[2], f1[2], fw[3], fw[4], worst, worst1);
   /* without the second point, or with nothing to extrapolate: the base's own calibration */
@@ -118,10 +120,10 @@ static void check_case(const Case *k) {
 
 int main(void) {
   static const Case cases[] = {
-      {"tp 2 pp 4 1f1b", "2", "1", "0", "1f1b"},
-      {"tp 2 pp 4 zb", "2", "1", "0", "zb"},
-      {"tp 2 pp 4 interleaved", "2", "1", "0", "interleaved"},
-      {"tp 1 pp 4 dp 2 z1", "1", "2", "1", "1f1b"},
+      {"tp 2 pp 4 1f1b", "2", "1", "0", "1f1b", true, false},
+      {"tp 2 pp 4 zb", "2", "1", "0", "zb", false, false},
+      {"tp 2 pp 4 interleaved", "2", "1", "0", "interleaved", false, false},
+      {"tp 1 pp 4 dp 2 z1", "1", "2", "1", "1f1b", true, true},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
   if (failures) {
