@@ -11,8 +11,6 @@ typedef struct {
   int a, b, h; /* b (zb): backwards whose weight gradients (W) have not run */
   int fresh;   /* zb: 1 where the stage's last instruction was a B (of b, the one whose input the plan has not freed
                   yet: at its end B's hand-off and what only it read of its forward's activations are both live) */
-  int hf, hl;  /* of h, the embedding's (made by the first stage's B) and the head's (the last stage's F): an
-                  untied model's stays on its own stage (passes/pipe_owners.c), a tied one's on both ends */
   int last;              /* the last stage's */
   int lastf;             /* the last stage's, its last instruction the last virtual stage's F: its head's work (the
                             logits in f32, the final norm) live beside these loads (after a B or a W it is not) */

@@ -12,13 +12,14 @@
 /* ---- the pipeline's memory in flight, from the schedule the compiler unrolls ----------------
  * passes/pipe.c runs the schedule's instructions in pipe_sched_check's order; each stage's
  * backward loops (zb: W's) add its layer gradients of micro-batch i to its running sums layer by
- * layer (passes/pipe_fold.c: no stage gradient held between instructions), and every rank merges
- * the rest of i (the head's and the embedding's gradients) once every stage has run its
+ * layer (passes/pipe_fold.c: no stage gradient held between instructions), an untied head's and
+ * embedding's gradients are added to their stage's sums as the F or B making them has run (pp_grads_held),
+ * and every rank merges the rest of i (a tied table's two parts) once every stage has run its
  * instructions of i. Until then a stage holds, per micro-batch (chunk): the activations its forward
- * kept for its backward (F .. B; zb: .. W), and every rank the head's and the embedding's gradient
- * ([vocab / tp, d]: from the last stage's F, the first stage's B, .. the merge), under zb what B
- * keeps for W. A profile is the Pareto set of (activation chunks, B's awaiting W, head/embedding
- * gradients) over every stage and position: a candidate's peak is the most of their weighted sums
+ * kept for its backward (F .. B; zb: .. W), and every rank a tied table's gradient ([vocab / tp, d]:
+ * from the last stage's F, the first stage's B, .. the merge), under zb what B keeps for W. A profile
+ * is the Pareto set of (activation chunks, B's awaiting W, head/embedding gradients, the last stage's F
+ * just run) over every stage and position: a candidate's peak is the most of their weighted sums
  * (GPT-3 at pp 16, 1f1b: the last stage held 7 micro-batches' layer gradients when the stages
  * merged together, 1 when each merged its own, none inside its loops). */
 /* (the types: plan_model_int.h) */
@@ -39,12 +40,12 @@ static bool chunks_ge(const PpLoad *x, const PpLoad *y) {
 static void pareto_add(LoadSet *p, PpLoad x) {
   for (int i = p->n - 1; i >= 0; i--) { /* (the newest first: a schedule's loads repeat, its last the likeliest) */
     const PpLoad *y = &p->v[i];
-    if (y->a >= x.a && y->b >= x.b && y->fresh >= x.fresh && y->h >= x.h && y->hf >= x.hf && y->hl >= x.hl && y->last >= x.last && y->lastf >= x.lastf && y->first >= x.first && chunks_ge(y, &x)) return;
+    if (y->a >= x.a && y->b >= x.b && y->fresh >= x.fresh && y->h >= x.h && y->last >= x.last && y->lastf >= x.lastf && y->first >= x.first && chunks_ge(y, &x)) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->v[i];
-    if (!(x.a >= y->a && x.b >= y->b && x.fresh >= y->fresh && x.h >= y->h && x.hf >= y->hf && x.hl >= y->hl && x.last >= y->last && x.lastf >= y->lastf && x.first >= y->first && chunks_ge(&x, y)))
+    if (!(x.a >= y->a && x.b >= y->b && x.fresh >= y->fresh && x.h >= y->h && x.last >= y->last && x.lastf >= y->lastf && x.first >= y->first && chunks_ge(&x, y)))
       p->v[k++] = *y;
   }
   p->n = k;
@@ -204,15 +205,14 @@ static void pp_loads(PlanModel *pm, PpProfile *p, const double *key) {
   int *a = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
   int *bw = calloc((size_t)pp, sizeof(int)), *fr = calloc((size_t)pp, sizeof(int)); /* fr: the stage's last a B */
   int *lf = calloc((size_t)pp, sizeof(int)); /* the stage's last instruction the last virtual stage's F */
-  char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held */
-  char *hmf = calloc((size_t)M, 1), *hml = calloc((size_t)M, 1); /* of those, the embedding's, the head's */
+  char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held (a tied table's) */
   short *ac = calloc((size_t)pp * PIPE_LOAD_CHUNKS, sizeof *ac); /* [stage][chunk]: its forwards held */
   LoadSet *set = calloc((size_t)pp, sizeof *set);
   char msg[256];
-  if (!order || !a || !left || !hm || !hmf || !hml || !bw || !fr || !lf || !set || !ac) die("plan model: out of memory");
+  if (!order || !a || !left || !hm || !bw || !fr || !lf || !set || !ac) die("plan model: out of memory");
   bool zb = kind == SCHED_ZB;
   if (pipe_sched_check(&s, 1, order, msg, sizeof msg)) {
-    int last = pp * s.v - 1, h = 0, hf = 0, hl = 0, done = 0;
+    int last = pp * s.v - 1, h = 0, done = 0;
     for (int i = 0; i < M; i++) left[i] = (zb ? 3 : 2) * pp * s.v;
     for (int k = 0; k < total; k++) {
       int st = order[k].stage;
@@ -222,11 +222,11 @@ static void pp_loads(PlanModel *pm, PpProfile *p, const double *key) {
       int ch = in.chunk < PIPE_LOAD_CHUNKS ? in.chunk : PIPE_LOAD_CHUNKS - 1; /* (beyond: the last's, never priced) */
       if (in.op == 'F') {
         a[st]++, ac[st * PIPE_LOAD_CHUNKS + ch]++;
-        if (vs == last) h++, hl++, hm[in.mb]++, hml[in.mb]++, all = true;
+        if (vs == last) h++, hm[in.mb]++, all = true;
       } else if (in.op == 'B') {
         if (!zb) a[st]--, ac[st * PIPE_LOAD_CHUNKS + ch]--;
         else bw[st]++;
-        if (vs == 0) h++, hf++, hm[in.mb]++, hmf[in.mb]++, all = true;
+        if (vs == 0) h++, hm[in.mb]++, all = true;
       } else {
         a[st]--, bw[st]--, ac[st * PIPE_LOAD_CHUNKS + ch]--;
       }
@@ -234,11 +234,11 @@ static void pp_loads(PlanModel *pm, PpProfile *p, const double *key) {
       fr[st] = zb && in.op == 'B';
       lf[st] = in.op == 'F' && vs == last;
       for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) {
-        PpLoad l = {a[q], bw[q], h, fr[q], hf, hl, q == pp - 1, lf[q], q == 0, q, {0}};
+        PpLoad l = {a[q], bw[q], h, fr[q], q == pp - 1, lf[q], q == 0, q, {0}};
         if (s.v > 1) memcpy(l.ac, ac + q * PIPE_LOAD_CHUNKS, sizeof l.ac); /* (else one chunk: a) */
         pareto_add(&set[q], l);
       }
-      while (done < M && left[done] == 0) h -= hm[done], hf -= hmf[done], hl -= hml[done], done++; /* the head's and embedding's gradients merged */
+      while (done < M && left[done] == 0) h -= hm[done], done++; /* the head's and embedding's gradients merged */
     }
   }
   for (int q = 0; q < pp; q++) p->n += set[q].n;
@@ -260,7 +260,7 @@ static void pp_loads(PlanModel *pm, PpProfile *p, const double *key) {
   if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
   else free(order);
   count_last(&p->s, p->nlast);
-  free(a), free(left), free(hm), free(hmf), free(hml), free(bw), free(fr), free(lf), free(ac);
+  free(a), free(left), free(hm), free(bw), free(fr), free(lf), free(ac);
 }
 
 /* FNV-1a over n bytes, from h. */

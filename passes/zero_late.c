@@ -5,9 +5,8 @@
  * loop, no longer queue behind it on the dp channel (Llama-3-8B dp 256 pp 4 zb z2: 1,002 MiB, ~21 ms,
  * ahead of stage 0's W). Its reader (the running sum's add, before or after the loop) moves to just before that
  * add's own first reader, so the wait falls a micro-batch later; so does the last stage's head gradient's add,
- * which follows the F making it. Order only: the same nodes, the same values
- * (docs/pipeline.md, "Under recompute"; tests/passes/test_pp_equiv_zlate.c). 1F1B, GPipe and
- * interleaved have no W loop: nothing moves there.
+ * which follows the F making it (in every schedule). Order only: the same nodes, the same values
+ * (docs/pipeline.md, "Under recompute"; tests/passes/test_pp_equiv_zlate.c).
  */
 #include <string.h>
 
@@ -71,8 +70,8 @@ bool pass_zero_late(Module *m) {
         !scatters_dp(wl->body, axis)) {
       /* the last stage's head (passes/pipe_class.c's maker merges: its gradient's add right after the F making it):
        * the add (its wait) alone, to just before its own first reader, the next micro-batch's, one gradient held
-       * till then (Llama-3-8B dp 256 tp 2+sp pp 4 zb z2: its F 50.9 -> 57.4 ms waiting in it, the step 2.49 ->
-       * 2.58 s; 2.48 so). (The first stage's embedding, after its B, waits there as before: the gradient held a
+       * till then (Llama-3-8B dp 256 tp 2+sp pp 4 zb z2: waiting in the F, 57.4 ms where it is 50.9, the step 2.58 s;
+       * deferred 2.48 s). (The first stage's embedding, after its B, waits there as before: the gradient held a
        * micro-batch more is beside that stage's most activations, Llama-3-405B dp 32 tp 8+sp pp 8 1f1b z2's
        * balanced split found none that fits with it.) */
       int rr = first_reader(g, r, rd);
