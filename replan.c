@@ -524,20 +524,30 @@ static void auto_memory_from(Replan *r, Arena *a, Arena *check, const char *cons
   if (p->sched_times && zbw_dropped(&io)) p->sched_times = zb_times(r, a, kv, n, m, &io); /* W recomputes */
 }
 
-/* m's plan at `micro` of its micro-batches (the global batch cut to match) through the front end, quietly (m's own
- * said what there is to say), into a; NULL where it does not compile. */
-static Module *front_at(Replan *r, Arena *a, const Module *m, int64_t micro) {
+/* The overrides compiling m's plan at `micro` of its micro-batches: the global batch cut to match (and
+ * `microbatches` where the plan writes it). */
+typedef struct {
   char b[2][48];
-  const char *kv[2] = {b[0], b[1]};
-  int n = 0;
-  snprintf(b[n++], sizeof b[0], "batch=%lld", (long long)(m->batch.global / m->batch.accum * micro));
-  if (m->plan.microbatches > 1) snprintf(b[n++], sizeof b[1], "microbatches=%lld", (long long)micro);
+  const char *kv[2];
+  int n;
+} MicroKv;
+
+static void micro_kv(const Module *m, int64_t micro, MicroKv *k) {
+  k->n = 0;
+  snprintf(k->b[k->n++], sizeof k->b[0], "batch=%lld", (long long)(m->batch.global / m->batch.accum * micro));
+  if (m->plan.microbatches > 1) snprintf(k->b[k->n++], sizeof k->b[1], "microbatches=%lld", (long long)micro);
+  k->kv[0] = k->b[0], k->kv[1] = k->b[1];
+}
+
+/* The source through the front end with k's overrides, quietly (the command line's plan said what there is to
+ * say), into a; NULL where it does not compile. */
+static Module *front_at(Replan *r, Arena *a, const MicroKv *k) {
   FILE *null = fopen("/dev/null", "w");
   if (!null) return NULL;
   Diag quiet;
   diag_init(&quiet, null, 0);
   Diag *outer = diag_enter(&quiet);
-  Module *x = front(r, a, kv, n);
+  Module *x = front(r, a, k->kv, k->n);
   if (diag_errors()) x = NULL;
   diag_leave(outer);
   diag_free(&quiet);
@@ -545,19 +555,12 @@ static Module *front_at(Replan *r, Arena *a, const Module *m, int64_t micro) {
   return x;
 }
 
-/* The search base's compile of x (front_at's, or the command line's m): its auto memory choices as its build
- * makes them (auto_memory, the overrides x was compiled with again), then its passes with po (NULL: quiet). */
-static bool base_passes(Replan *r, Arena *a, Module *x, int64_t micro, const PipelineOptions *po) {
-  char b[2][48];
-  const char *kv[2] = {b[0], b[1]};
-  int n = 0;
-  if (micro) {
-    snprintf(b[n++], sizeof b[0], "batch=%lld", (long long)x->batch.global);
-    if (x->plan.microbatches > 1) snprintf(b[n++], sizeof b[1], "microbatches=%lld", (long long)micro);
-  }
+/* The search base's compile of x (front_at's with k, or the command line's m: k NULL): its auto memory choices as
+ * its build makes them (auto_memory, k's overrides again), then its passes with po (NULL: quiet). */
+static bool base_passes(Replan *r, Arena *a, Module *x, const MicroKv *k, const PipelineOptions *po) {
   Arena check;
   arena_init(&check);
-  auto_memory_from(r, a, &check, kv, n, x, NULL, NULL);
+  auto_memory_from(r, a, &check, k ? k->kv : NULL, k ? k->n : 0, x, NULL, NULL);
   arena_free(&check);
   if (po) return pipeline_run(x, po);
   FILE *null = fopen("/dev/null", "w");
@@ -585,11 +588,14 @@ enum { SEARCH_BASE_ROUNDS = 4 };
 Module *replan_search_base(Replan *r, Arena *a, Module *m, const PipelineOptions *po, Module **fewer) {
   int64_t pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1, at = SEARCH_BASE_ROUNDS * pp;
   *fewer = NULL;
-  Module *x = pp > 1 && m->batch.accum > at ? front_at(r, a, m, at) : NULL;
-  if (!x) return base_passes(r, a, m, 0, po) ? m : NULL;
-  Module *f = front_at(r, a, m, at / 2);
-  if (f && !base_passes(r, a, f, at / 2, NULL)) f = NULL;
-  if (!base_passes(r, a, x, at, po)) return NULL;
+  MicroKv kx, kf;
+  micro_kv(m, at, &kx);
+  micro_kv(m, at / 2, &kf);
+  Module *x = pp > 1 && m->batch.accum > at ? front_at(r, a, &kx) : NULL;
+  if (!x) return base_passes(r, a, m, NULL, po) ? m : NULL;
+  Module *f = front_at(r, a, &kf);
+  if (f && !base_passes(r, a, f, &kf, NULL)) f = NULL;
+  if (!base_passes(r, a, x, &kx, po)) return NULL;
   if (f && f->wcopy.persistent == x->wcopy.persistent && f->defer.taken == x->defer.taken &&
       f->zbw.held == x->zbw.held && f->zbw.layers == x->zbw.layers)
     *fewer = f;
