@@ -205,7 +205,7 @@ static void pp_loads(PlanModel *pm, PpProfile *p, const double *key) {
   int *a = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
   int *bw = calloc((size_t)pp, sizeof(int)), *fr = calloc((size_t)pp, sizeof(int)); /* fr: the stage's last a B */
   int *lf = calloc((size_t)pp, sizeof(int)); /* the stage's last instruction the last virtual stage's F */
-  char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held (a tied table's) */
+  char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i made, not merged (read for a tied table) */
   short *ac = calloc((size_t)pp * PIPE_LOAD_CHUNKS, sizeof *ac); /* [stage][chunk]: its forwards held */
   LoadSet *set = calloc((size_t)pp, sizeof *set);
   char msg[256];

@@ -7,8 +7,8 @@
  *   the GEMM launches a layer, the balance's) within 1e-9 relative of the whole plan's, and so the estimates of the
  *   plan at each recompute and micro-batch 1, 2;
  *   zb and interleaved (v 2): those estimates within 0.1 % (their GEMM launches are not affine in the micro-batches:
- *   hfuse pairs sibling GEMMs by where the memory plan puts their weights; interleaved 20.9 a layer at 32, 21.0 from
- *   16 and 8: 0.09 % apart; zb 0.02 %);
+ *   hfuse pairs sibling GEMMs by where the memory plan puts their weights; interleaved 20.92 a layer at 32, 20.83
+ *   from 16 and 8, zb 19.19 and 19.31; the estimates 0.09 % and 0.02 % apart);
  * and that it is no identity: the ZeRO-1 base at 16 alone calibrates otherwise (the per-step work weighs more
  * there), the memory-bound factor by over 1 % (4.4 %).
  * Not timing: the models' arithmetic; twelve compiles (about 2 CPU s in all on this machine's Xeon). */

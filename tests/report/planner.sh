@@ -17,7 +17,7 @@
 #     and 30 % (step) of the compiled plans of GPT-2 and tiny; GPT-3 pp 4 x cp 2 (72 micro-batches)
 #     plans in under 4 CPU s (12 on the code before 2026-11-27's wip-cspeed: quadratic in its slices); a pinned
 #     pipeline's search whose base is compiled at fewer micro-batches keeps the plan's batch (header, --pick);
-#     Llama-3-405B pp 32 zb (cp 1, 2): the analytic memory within 5 % (the head gradients held in f32);
+#     Llama-3-405B pp 32 zb (cp 1, 2): the analytic memory within 5 % of the compiled;
 #  4. --pick plans the table's first row: its predicted step (compiled in full) is the row's, and
 #     `shardc build --pick` writes a trainer that runs 2 steps; a world and batch the file's own
 #     micro-batch cannot reach (-D batch=8 --world 4, micro_batch 8) are searched all the same (the
@@ -316,10 +316,10 @@ for sched in 1f1b interleaved; do
   echo "$out" | pp_rows "GPT-2 pp 2 $sched" || fail=1
 done
 
-# 3d'. zb's head gradients: an untied model's last stage holds each micro-batch's head gradient in f32 (its cast for
-# the running sum) until the micro-batch's merge, a tied one's two parts in the compute precision (passes/plan_model.c,
-# H). Llama-3-405B dp 4 tp 8 pp 32 zb cp 2 (32 micro-batches in flight, 1002 MiB each): the model priced them at
-# 501 MiB, 0.81 of the compiled 95.7 GiB (the cp 1 plan 0.97); within 5 % both (batch 256: 64 micro-batches)
+# 3d'. zb's head gradients and the head's work (passes/plan_model.c: H, PpLoad.lastf, pp_grads_held): Llama-3-405B
+# dp 4 tp 8 pp 32 zb cp 2 was 0.81 of its compiled 95.7 GiB (the model priced the 32 f32 head gradients its last stage
+# held at 501 MiB each; the cp 1 plan 0.97); the compiled plan holds none since (passes/pipe_class.c's maker merges:
+# 78.2 GiB) and the model follows; within 5 % both (batch 256: 64 micro-batches; 0.99 and 1.00 measured)
 for cp in 1 2; do
   out=$("$shardc" plan models/llama3-405b.model --target cuda -D tp=8 -D pp=32 -D cp=$cp -D schedule=zb -D micro_batch=1 \
     -D zero=1 -D recompute=none -D batch=256 --search --top 1 --confirm 1 --budget 100 --compile-limit 90 2>&1)
