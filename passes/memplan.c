@@ -23,8 +23,9 @@
  * Rows in place (memplan_views.c): a concat or pad along dim 0 and a stage_select may have their inputs
  * written into their rows of the output (an interleaved stage's chunks' gradient sums), where memplan_pack takes the link.
  * CUDA: a GEMM's reads live through its epilogue's nodes (keep_epilogue_reads). Fusion groups
- * (passes/fuse.c) do not change the placement: a group is cut where the placement would make its
- * one kernel race (memplan_groups.c, at the end).
+ * (passes/fuse.c) change the placement only so far as a vector they broadcast lives through the group
+ * (memplan_keep_group_reads); else a group is cut where the placement would make its one kernel race
+ * (memplan_groups.c, at the end).
  */
 #include "memplan.h"
 
@@ -463,6 +464,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     }
   }
   if (epi) keep_epilogue_reads(g, slot, p.iv);
+  memplan_keep_group_reads(g, slot, p.iv);
   /* a view shares its input's bytes: read (or zeroed by codegen) off its stage, they are every rank's */
   for (int i = 0; i < g->nnodes; i++) {
     if (!view[i] || !slot[g->nodes[i]->out[0]->id]) continue;
@@ -560,11 +562,14 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     /* a scale of a value that dies there (accumulation's mean of a running sum), an add into its
      * first operand when that dies there (passes/peel.c's last sum + g): index for index */
     bool ew = n->op == OP_SCALE || (n->op == OP_ADD && ir_shape_eq(&n->in[0]->shape, &n->out[0]->shape));
-    if (n->op != OP_ALL_REDUCE && !ew && !upd && !rep) continue;
-    for (int k = 0; k < n->nout && (upd || rep || k < n->nin) && (!ew || k < 1); k++) {
+    /* CUDA: GELU's backward into its gradient input (a GEMM's output, whose DGELU epilogue stores the result and
+     * never writes it: passes/epilogue.c; where the GEMM runs alone, its kernel reads and writes index for index) */
+    bool gb = epi && n->op == OP_GELU_BWD;
+    if (n->op != OP_ALL_REDUCE && !ew && !gb && !upd && !rep) continue;
+    for (int k = 0; k < n->nout && (upd || rep || k < n->nin) && (!(ew || gb) || k < 1); k++) {
       int q = rep && k >= n->a.ncarry ? memplan_xs_in_place(n, k) : k; /* a stacked output: on its input's slices */
       if (q < 0) continue;
-      int xi = upd && k ? k + 1 : q;
+      int xi = upd && k ? k + 1 : gb ? 1 : q;
       Value *x = n->in[xi], *y = n->out[k]; /* update: p' <- p, m' <- m, v' <- v */
       if (x->def->graph != g || !slot[x->id] || !slot[y->id]) continue;
       if (rep && k < n->a.ncarry && !carry_init_shared(n, k)) continue;

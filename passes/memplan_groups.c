@@ -121,6 +121,28 @@ static void cut_groups(Graph *g, int *next_id) {
   }
 }
 
+void memplan_keep_group_reads(const Graph *g, const int *slot, Interval *iv) {
+  for (int i = 0; i < g->nnodes;) {
+    int id = g->nodes[i]->group, end = i + 1;
+    if (!id) {
+      i++;
+      continue;
+    }
+    while (end < g->nnodes && g->nodes[end]->group == id) end++;
+    int64_t numel = ir_numel(&g->nodes[end - 1]->out[0]->shape); /* (the group's shape: fuse.c) */
+    for (int k = i; k < end; k++)
+      for (int j = 0; j < g->nodes[k]->nin; j++) {
+        const Value *u = g->nodes[k]->in[j];
+        const Node *d = u->def;
+        bool inside = false;
+        for (int q = i; q < end && !inside; q++) inside = g->nodes[q] == d;
+        if (inside || d->graph != g || !slot[u->id] || ir_numel(&u->shape) >= numel) continue;
+        if (iv[slot[u->id] - 1].end < end - 1) iv[slot[u->id] - 1].end = end - 1;
+      }
+    i = end;
+  }
+}
+
 void memplan_cut_groups(Graph *g) {
   int next_id = 0;
   max_group(g, &next_id);

@@ -43,6 +43,10 @@ void memplan_rows_group(const Graph *g, Interval *iv, int niv, const int *root, 
 /* A view that shares its input's memory (a reshape, a cast to its own dtype, a slice's rows,
  * a column view): no bytes of its own, no copy. */
 bool memplan_is_view(const Node *n);
+/* A value a fusion group (passes/fuse.c) reads from outside and broadcasts (a bias, a norm's weight: fewer elements
+ * than the group's shape) lives through the group's last member: each index of its one kernel reads it, so a member
+ * placed over its bytes would cut the group (memplan_cut_groups), for the few bytes of a vector. */
+void memplan_keep_group_reads(const Graph *g, const int *slot, Interval *iv);
 /* Cuts the fusion groups where the placement would make their one kernel race (memplan_groups.c). */
 void memplan_cut_groups(Graph *g);
 

@@ -32,8 +32,9 @@ enum { PM_HOLD_ALL = 1 << 30 }; /* estimate's hold: the layers of a stage W hold
  * take most of the rest: the compiled cost model's bandwidth-bound time in the layer loops, rc none :
  * selective : full, Llama-3-8B tp 8+sp 1 : 1.147 : 1.382, GPT-3 tp 8+sp 1 : 1.105 : 1.372, Llama-3-405B
  * tp 2+sp z3 1 : 1.02 (the CPU's 1 : 1.6 : 2 put the selective base's rc none candidates' step at 0.94-0.96
- * of the compiled once the attention's recompute was priced right). GPT-2 124M is 1 : 2.96 : 1.75
- * (its selective and full layers lose the GEMMs' GELU and residual epilogues: docs/planner.md). */
+ * of the compiled once the attention's recompute was priced right). GPT-2 124M was 1 : 2.96 : 1.75 while its
+ * selective and full layers lost the GEMMs' GELU and residual epilogues; they keep them now (passes/recompute.c
+ * epi_keep, dgelu_first: the whole step's bandwidth-bound time 1 : 1.18 : 1.09). */
 static const double mem_units[2][3] = {{40.0, 80.0, 64.0}, {40.0, 55.0, 44.0}};
 static const double kern_layer[3] = {60.0, 85.0, 66.0};
 enum { KERN_HEAD = 30, KERN_OPT_PER_TENSOR = 10 };
@@ -145,7 +146,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double gather = c->zero >= 3 ? 2 * p_layer * cb / 4 : 0;       /* ZeRO-3: a layer gathered, the next prefetched */
   /* ---- compute (the last stage: its layers and the head) per step ---- */
   const double *mu = mem_units[base->target == TARGET_CUDA];
-  double rec_gemm = c->rec == RECOMPUTE_FULL ? 1 + pm->rc_gemm / 3 : 1.0; /* (the forward's third, but its last matrix) */
+  double rec_gemm = c->rec == RECOMPUTE_FULL ? 1 + pm->rc_gemm * pm->rc_epi / 3 : 1.0; /* (the forward's third, but its last matrix) */
   double gemm_layers = accum * tok / tp * 6 * pm->pl_mat * lst; /* the layers' GEMMs, once */
   /* each GEMM its FLOPs at gemm_flops and a fixed time (passes/cost_op.c): a layer's launches as the base plan's
    * compiled (pm->gemm_calls), the head's 3 (the logits, their input's and weight's gradients). (The fixed time
@@ -327,7 +328,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     else if (zb_unheld(e, lst) > 0) /* W recomputes its GEMMs' inputs (`zb_w`): the forward's GEMMs but the MLP's last
                                      * (pm->rc_gemm: GPT 8 of 12 d^2, Llama-3-8B 9.5 of 13) and attention; selective:
                                      * attention; hold(N): for the stage's layers not held */
-      tw += zb_unheld(e, lst) * (c->rec == RECOMPUTE_FULL      ? pm->rc_gemm * g1 + a1 * pm->attn_fwd
+      tw += zb_unheld(e, lst) * (c->rec == RECOMPUTE_FULL      ? pm->rc_gemm * pm->rc_epi * g1 + a1 * pm->attn_fwd
                                  : c->rec == RECOMPUTE_SELECTIVE ? a1 * pm->attn_fwd
                                                                  : 0);
     zpp = zstall && tf > 0;

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cost_op.h"
 #include "plan_model_int.h"
 #include "plan_search.h"
 
@@ -168,6 +169,55 @@ static double attn_head_dim(const Graph *g) {
   return 0;
 }
 
+/* The layers' forward loop of g (or of its bodies: a pipeline's stage, the accumulation's micro-step): the first
+ * forward REPEAT whose body holds a GEMM, and the backward one of its count after it (NULL where none). */
+static bool layer_loops(const Graph *g, const Node **f, const Node **b) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    bool gemm = false;
+    for (int j = 0; n->op == OP_REPEAT && j < n->body->nnodes && !gemm; j++) gemm = n->body->nodes[j]->op == OP_MATMUL;
+    if (gemm && !n->a.reverse && !*f) *f = n;
+    else if (gemm && n->a.reverse && *f && n->a.count == (*f)->a.count) *b = n;
+    if (*b) return true;
+    if (n->body && layer_loops(n->body, f, b)) return true;
+  }
+  return false;
+}
+
+/* Body g's GEMMs (all but the last where but_last): the seconds the cost model prices them at (*t: an epilogue's bytes
+ * in, passes/cost_cuda.c) and those of their FLOPs and fixed time alone (*fl). */
+static void gemm_times(const Module *m, const CostDevice *dev, const Graph *g, bool but_last, double *t, double *fl) {
+  int last = -1;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_MATMUL) last = i;
+  double fix = dev->gemm_flops > 0 ? dev->gemm_half_flops / dev->gemm_flops : 0;
+  for (int i = 0; i < g->nnodes && dev->gemm_flops > 0; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_MATMUL || (but_last && i == last)) continue;
+    double extra = 0;
+    TimeKind kind;
+    if (m->target == TARGET_CUDA) cost_cuda_kernels(n, i, &extra);
+    *t += cost_op_time(m, dev, n, false, extra, &kind);
+    *fl += cost_gemm_flop(n) / dev->gemm_flops + (cost_gemm_launches(m, n) ? fix : 0);
+  }
+}
+
+/* PlanModel.rc_epi: the forward GEMMs full recompute runs again (all but the layer's last) at their compiled price over
+ * their FLOPs', against the layer's GEMMs' (forward and backward) over theirs, in the base: 1 where no epilogue
+ * weighs (the CPU target, tp's collectives after the GEMMs); GPT-2's forward stores its bias, GELU and residual in
+ * its GEMMs (passes/epilogue.c), 1.07 of the layer's average. */
+static void recompute_epilogues(PlanModel *pm, const Module *base, const CostDevice *dev) {
+  const Node *f = NULL, *b = NULL;
+  double tf = 0, ff = 0, tl = 0, fl = 0;
+  pm->rc_epi = 1;
+  if (!layer_loops(base->graph, &f, &b)) return;
+  gemm_times(base, dev, f->body, true, &tf, &ff);
+  gemm_times(base, dev, f->body, false, &tl, &fl);
+  gemm_times(base, dev, b->body, false, &tl, &fl);
+  double r = tf / ff / (tl / fl);
+  if (ff > 0 && fl > 0 && isfinite(r) && r > 0) pm->rc_epi = r;
+}
+
 /* PlanModel.rc_gemm, qkv and attn_fwd, from the layer's matrices in the forward's order (pm->lt) and the attention's head
  * dim: per score element the forward's 4 hd FLOPs and its softmax's, the backward's 10 hd and its own at its rate
  * (passes/cost_op.c). Not found: a GPT's 8 / 12, and 2 of the 7 hd-FLOPs. */
@@ -264,6 +314,7 @@ void plan_model_init_at(PlanModel *pm, const Module *base, const Module *fewer, 
   ptrmap_free(&ends);
   if (!layer_order(pm, base, g, rows)) pm->nlt = 0;
   recompute_shares(pm, base, dev);
+  recompute_epilogues(pm, base, dev);
   double sbytes = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];

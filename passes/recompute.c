@@ -8,12 +8,14 @@
  *
  *   full       keeps only each iteration's carried input (the block's input): B's body
  *              re-runs the block's forward (its collectives too, as Megatron's full
- *              recompute does) before the block's backward;
+ *              recompute does) before the block's backward (on the CUDA target GELU's
+ *              pre-activation before the GEMM whose epilogue computes its backward: dgelu_first);
  *   selective  keeps the outputs of GEMMs, norms, embeddings and collectives and recomputes
  *              the attention core (sdpa; under cp ring its blocks, their merges and hops) and
  *              the cheap ops between them: elementwise ops, rope, and copies (slice, concat,
  *              reshape, transpose, pad, broadcast_to) — Megatron's selective recompute, with
- *              our flash-style sdpa as the core;
+ *              our flash-style sdpa as the core; on the CUDA target a GEMM's output is what its
+ *              epilogue stores: the bias and residual adds it absorbs are kept (epi_keep);
  *   none       recomputes nothing but column slices (below) and, on the CUDA target, fused unaries.
  *
  * Fused unaries, on the CUDA target in every mode (fused_unary): a unary elementwise op whose input B
@@ -70,6 +72,9 @@ typedef struct {
   bool cuda;    /* the CUDA target (fused_unary) */
   PtrMap unary; /* fused_unary's answers (Node* -> 1 or 2: yes or no), asked before B's body is rebuilt */
   bool frozen;  /* B's body is being rebuilt: fused_unary answers from unary alone */
+  bool epi;     /* the CUDA target's GEMM epilogues are on (epi_keep, dgelu_first) */
+  PtrMap epik;  /* selective: the adds a GEMM's epilogue absorbs, kept as its output (epi_keep) */
+  PtrMap epig;  /* the GELUs a GEMM's epilogue absorbs (epi_keep; full: dgelu_first) */
   PtrMap cols;  /* the column slices re-sliced in B (cols_of) */
   Node *F, *B;  /* the forward REPEAT and its backward */
   Graph *fb;    /* F's body */
@@ -243,6 +248,7 @@ static bool recomputed(const Rc *r, const Node *n) {
   if (ptrmap_get((PtrMap *)&r->cols, n, &one)) return true;
   if (r->kind == RECOMPUTE_NONE) return fused_unary(r, n);
   if (r->kind == RECOMPUTE_FULL) return true;
+  if (ptrmap_get((PtrMap *)&r->epik, n, &one)) return false;
   return (ir_ops[n->op].flags & F_EW) || n->op == OP_SDPA || n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_COMBINE ||
          moves_rows(n->op);
 }
@@ -373,7 +379,11 @@ static Value *clone(Rc *r, Value *v) {
     if (d->op == OP_RECV) die("recompute: a ring hop's receive not met in its forward");
   }
   Value **in = ARENA_ARRAY(r->bb->arena, Value *, d->nin + 1);
-  for (int j = 0; j < d->nin; j++) in[j] = materialize(r, d->in[j]);
+  /* (with the CUDA target's epilogues: a GEMM's clone last, right before its reader, which its epilogue may then
+   * absorb; a layer's bias cast for the add after it (passes/wcast.c) before the GEMM, not between the two) */
+  for (int pass = 0; pass < 2; pass++)
+    for (int j = 0; j < d->nin; j++)
+      if (pass == (r->epi && d->in[j]->def->op == OP_MATMUL)) in[j] = materialize(r, d->in[j]);
   return clone_node(r, d, in)->out[v->idx];
 }
 
@@ -461,14 +471,76 @@ static void cols_of(Rc *r) {
   }
 }
 
+/* Selective on the CUDA target (epilogues on): the adds a GEMM's epilogue absorbs (its bias, the residual after it, or
+ * the residual alone where it has none: epilogue_reach, in F's body as autodiff left it) are the GEMM's output, kept
+ * where B reads them rather than recomputed from the GEMM's own, which B would then keep: as many bytes (the epilogue
+ * makes its every add of the GEMM's output type, each add read once but the last), and the forward keeps its epilogue
+ * (the GEMM's output read by the add alone), B its DGELU one (GELU's backward reads the kept bias add, made before the
+ * GEMM of the incoming gradient) and no recomputed adds. GELU after the bias add stays recomputed (one pass in B).
+ * Under full recompute too, the GELUs such a GEMM absorbs (epig: dgelu_first's). */
+static void epi_keep(Rc *r) {
+  if (!r->epi || r->kind == RECOMPUTE_NONE) return;
+  PtrMap u = {0};
+  count_uses(r->fb, &u);
+  for (int i = 0; i < r->fb->nnodes; i++) {
+    int at[2], e = r->fb->nodes[i]->op == OP_MATMUL ? epilogue_reach(r->fb, &u, i, at) : 0;
+    for (int k = 0; k < e; k++)
+      if (r->fb->nodes[at[k]]->op == OP_ADD || r->fb->nodes[at[k]]->op == OP_GELU)
+        ptrmap_put(r->fb->nodes[at[k]]->op == OP_ADD ? &r->epik : &r->epig, r->fb->nodes[at[k]], 1);
+  }
+  ptrmap_free(&u);
+}
+
+/* Full recompute: a GEMM whose output GELU's backward alone reads, with a recomputed pre-activation: that recomputed
+ * first, before the GEMM (its epilogue computes GELU's backward as it stores, reading the pre-activation: DGELU), and
+ * the GELU of it B reads with it where the forward's GEMM stores both (its GELU_AUX_BIAS epilogue, epi_keep: not
+ * where a layer's bias is cast between them, which would only hold the GELU's output longer). */
+static void dgelu_first(Rc *r, Node **nodes, int i, int n0, Value **old, int nold) {
+  Node *mm = nodes[i];
+  if (!r->epi || mm->op != OP_MATMUL) return;
+  for (int j = i + 1; j < n0; j++) {
+    Node *gb = nodes[j];
+    bool reads = false;
+    for (int k = 0; k < gb->nin; k++) reads |= gb->in[k] == mm->out[0];
+    if (!reads && !(gb->body && uses(gb->body, mm->out[0]))) continue;
+    intptr_t fv, gv;
+    if (gb->op != OP_GELU_BWD || gb->in[1] != mm->out[0] || gb->in[0] == mm->out[0] || !ptrmap_get(&r->recomp, gb->in[0], &fv))
+      return;
+    Graph *bb = r->bb;
+    int before = bb->nnodes;
+    gb->in[0] = materialize(r, (Value *)fv);
+    for (int k = 0; k < nold; k++) {
+      intptr_t one;
+      Value *g = ptrmap_get(&r->recomp, old[k], &gv) ? (Value *)gv : NULL;
+      if (g && g->def->in[0] == (Value *)fv && ptrmap_get(&r->epig, g->def, &one)) materialize(r, g);
+    }
+    /* the GEMM's operand cast for it alone before the recompute (passes/wcast.c's bf16 weight): after it, not
+     * held through it */
+    for (int k = 0; k < mm->nin; k++)
+      for (int q = before - 1; q >= 0; q--) {
+        Node *c = bb->nodes[q];
+        if (c != mm->in[k]->def) continue;
+        bool read = c->op != OP_CAST;
+        for (int t = q + 1; t < bb->nnodes && !read; t++)
+          for (int u = 0; u < bb->nodes[t]->nin; u++) read |= bb->nodes[t]->in[u] == c->out[0];
+        if (read) break;
+        memmove(&bb->nodes[q], &bb->nodes[q + 1], sizeof(Node *) * (size_t)(bb->nnodes - q - 1));
+        bb->nodes[bb->nnodes - 1] = c;
+        break;
+      }
+    return;
+  }
+}
+
 /* Recomputes in B's body what B reads of F that the mode does not keep; drops the rest. */
 static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrMap *outer, Node *Bsrc, PtrMap *bmemo,
                            PtrMap *keep, Module *m) {
   Rc r = {.kind = kind, .cuda = cuda, .F = F, .B = B, .fb = F->body, .bb = B->body, .outer = outer,
-          .Bsrc = Bsrc, .bmemo = bmemo};
+          .Bsrc = Bsrc, .bmemo = bmemo, .epi = m->target == TARGET_CUDA && fuse_on(m, FUSE_EPILOGUE)};
   Graph *bb = B->body;
   int nc = B->a.ncarry, nx0 = B->a.nxs;
   cols_of(&r);
+  epi_keep(&r);
   /* the residual arguments to replace: stacked outputs of F whose body value is not kept */
   Value **old = ARENA_ARRAY(bb->arena, Value *, nx0 + 1); /* B args replaced */
   int nold = 0;
@@ -486,6 +558,8 @@ static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrM
     ptrmap_free(&r.recomp);
     ptrmap_free(&r.cols);
     ptrmap_free(&r.unary);
+    ptrmap_free(&r.epik);
+    ptrmap_free(&r.epig);
     return;
   }
   /* rebuild B's body: its arguments first (a clone may read any), then its nodes, each
@@ -509,6 +583,7 @@ static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrM
   for (int i = 0; i < n0; i++) {
     Node *n = nodes[i];
     if (n->op == OP_ARG) continue;
+    dgelu_first(&r, nodes, i, n0, old, nold);
     for (int j = 0; j < n->nin; j++) {
       intptr_t fv;
       if (ptrmap_get(&r.recomp, n->in[j], &fv)) n->in[j] = materialize(&r, (Value *)fv);
@@ -545,6 +620,8 @@ static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrM
   ptrmap_free(&r.recomp);
   ptrmap_free(&r.cols);
   ptrmap_free(&r.unary);
+  ptrmap_free(&r.epik);
+  ptrmap_free(&r.epig);
 }
 
 Node *rc_forward_of(const Node *B) {

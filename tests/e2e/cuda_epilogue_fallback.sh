@@ -12,10 +12,11 @@
 #     heuristic finds none, so every such GEMM runs as the plain GEMM and the unfused kernels
 #     (rt_cu_matmul_ep's fallback), with one note per GEMM;
 #   - SHARDRT_EMU_NO_EPILOGUE=BIAS,BIAS_RESIDUAL,GELU_AUX_BIAS: only the forward's fall back.
-# And a Llama-shaped model in bf16 (no biases: the residual adds without a bias, RESIDUAL, in 4 GEMMs
-# of a layer: the forward's second residual, the backward's three dX sums, the later dX GEMM
-# accumulating onto the earlier one's result), fused against SHARDRT_EMU_NO_EPILOGUE=RESIDUAL (one
-# note per GEMM's source line: 3): byte-identical losses and checkpoints.
+# And a Llama-shaped model in bf16 (no biases: the residual adds without a bias, RESIDUAL, in 5 GEMMs
+# of a layer: the forward's two residuals (its selective recompute keeps their sums, passes/recompute.c),
+# the backward's three dX sums, the later dX GEMM accumulating onto the earlier one's result), fused
+# against SHARDRT_EMU_NO_EPILOGUE=RESIDUAL (one note per GEMM's source line: 4): byte-identical losses
+# and checkpoints.
 # The emulated epilogues compute what the nodes they replace compute, rounding included, so the
 # forward fallback and the whole fallback must give byte-identical losses and checkpoints to fused.
 # With DGELU_BGRAD (bgrad), the MLP's first bias gradient is summed in another order (the emulated
@@ -86,6 +87,6 @@ bin=$t/llama run llama ""
 bin=$t/llama run llama_unfused RESIDUAL
 [ "$(grep -c '^note: .*no algorithm' "$t/llama.out" || true)" = 0 ] || fail "the llama run fell back"
 # one note per source line (the GEMM's `where`): swiglu's line 86 holds the forward's w_down and the backward's w_gate dX
-[ "$(notes llama_unfused RESIDUAL)" = 3 ] || { grep note "$t/llama_unfused.out" || true; fail "llama: $(notes llama_unfused RESIDUAL) notes for RESIDUAL, want 3 (once per source line)"; }
+[ "$(notes llama_unfused RESIDUAL)" = 4 ] || { grep note "$t/llama_unfused.out" || true; fail "llama: $(notes llama_unfused RESIDUAL) notes for RESIDUAL, want 4 (once per source line)"; }
 same llama_unfused "llama: the residual epilogues' fallback" llama
-echo "cuda epilogue fallback (emulated device, tiny bf16, 5 epilogue GEMMs): the forward's unfused, all unfused and the autotuned byte-identical to fused (DGELU + the column reduction); DGELU_BGRAD within tolerance; Llama-shaped bf16: its 4 residual GEMMs without a bias byte-identical unfused"
+echo "cuda epilogue fallback (emulated device, tiny bf16, 5 epilogue GEMMs): the forward's unfused, all unfused and the autotuned byte-identical to fused (DGELU + the column reduction); DGELU_BGRAD within tolerance; Llama-shaped bf16: its 5 residual GEMMs without a bias byte-identical unfused"

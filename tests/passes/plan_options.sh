@@ -53,14 +53,15 @@ fi
 # tp 16 (ZeRO 1 over dp 32 / 16) fits with the persistent bf16 copies and keeps them, its f32 masters split
 # (passes/zero_master.c: at tp 16 39,135 MiB saved, 74,014 MiB per rank, where the whole masters with the
 # per-layer casts needed 92,369); at tp 16 under zero 0 (no split masters) the plan with them (191,420 MiB)
-# does not fit the H100's 80 GiB and the per-layer casts are kept (170,617 MiB: the fit check then refuses
+# does not fit the H100's 80 GiB and the per-layer casts are kept (170,548 MiB; 170,617 before the recomputed MLP's
+# GELU backward wrote into its GEMM's output, passes/memplan.c: the fit check then refuses
 # it, exit 1, with the report printed first); by hand, either; refused where it cannot apply
 g3=(models/gpt3-175b.model --target cuda -D cross_node_tp=on)
 expect_stdout=1 expect 0 "#   bf16 weights          10975322112 B     10466.88 MiB  persistent copies (in params)" "it fits: 41084.9 MiB" \
   "#   f32 masters           19206813696 B     18317.04 MiB  saved" -- plan "${g3[@]}" -D tp=32
 expect_stdout=1 expect 0 "it fits: 74014.1 MiB" "#   f32 masters           41036451840 B     39135.41 MiB  saved" -- plan "${g3[@]}" -D tp=16
 expect_stdout=1 expect 1 "cast where read (per layer in the loops)" "the plan with the persistent copy (20872.2 MiB) needs 191420.4 MiB per rank, over the device's 81920.0 MiB" \
-  "the plan does not fit: 170,617 MiB per rank" -- plan "${g3[@]}" -D tp=16 -D zero=0
+  "the plan does not fit: 170,548 MiB per rank" -- plan "${g3[@]}" -D tp=16 -D zero=0
 expect_stdout=1 expect 1 "weight_copy persistent (the plan)" "the plan does not fit: 191,420 MiB per rank" \
   -- plan "${g3[@]}" -D tp=16 -D zero=0 -D weight_copy=persistent
 # ZeRO 1 with the persistent copies (passes/zero_master.c): GPT-2 124M at dp 8 stores its f32 masters split
@@ -147,73 +148,70 @@ expect 1 "error: \`zb_w hold\`: $zwhat no recompute (W reads the forward's saved
 expect 1 "error: \`zb_w recompute\`: $zwhat no zero-bubble schedule (\`schedule zb\`)" -- "${zb[@]}" -D schedule=1f1b -D zb_w=recompute
 expect 1 "error: \`zb_w\` needs one of auto, hold or recompute, got \`always\`" -- "${zb[@]}" -D zb_w=always
 # The two memory-dependent auto choices made together (replan.c, auto_memory): tiny zero 2 over dp 2 under bf16 on
-# the CUDA target, its persistent bf16 copies and deferred waits: 4,105,792 B per rank with both, 3,905,856 with the
-# copies alone (7.72 ms a step by the cost model), 4,138,816 with the deferred waits alone (7.91 ms), 3,938,880 with
-# neither. On 100 MiB both are kept; on 3.815 MiB (4,000,317 B) the copies alone (was: neither, the copies dropped
-# first and the deferral then measured without them); on 3.5 MiB nothing fits: neither, each line over, the fit
-# check's error. With recompute full: 2,885,184 B with both, 2,685,248 with the copies alone (9.34 ms),
-# 2,852,672 with the deferred waits alone (9.73 ms): on 2.74 MiB (2,873,098 B) each alone fits, the copies are
-# faster and taken; the deferred waits' line shows their own plan's 2.7 MiB, which fits (was: both's 2.8 MiB,
-# "over the device's").
+# the CUDA target, its persistent bf16 copies and deferred waits: 3,975,488 B per rank with both, 3,781,312 with the
+# copies alone, 3,975,744 with the deferred waits alone, 3,781,312 with neither (4,105,792 / 3,905,856 / 4,138,816 /
+# 3,938,880 before GELU's backward wrote into its GEMM's output, passes/memplan.c). On 100 MiB both are kept; on
+# 3.7 MiB (3,879,731 B) the copies alone; on 3.5 MiB nothing fits: neither, each line over, the fit check's error.
+# (Under recompute full, 2,852,928 B with both, 2,652,992 with the copies alone, 2,885,952 with the deferred waits
+# alone: where the deferred waits fit alone both fit too; the zb case below has each fit alone, not both.)
 bf=(plan models/tiny.model --world 2 --target cuda -D precision=bf16 -D zero=2)
-for mem in 100:100 3.815:3m8 3.5:3m5 2.74:2m74; do
+for mem in 100:100 3.7:3m7 3.5:3m5; do
   sed "s/memory 8 GiB/memory ${mem%%:*} MiB/; s/topology cpu/topology cpu_${mem##*:}/" models/topo/cpu.topo >"$tmp/b${mem##*:}.topo"
 done
 bw="persistent copies (in params), written by the update: one cast a step"
 bl="cast where read (per layer in the loops); kept, they would hold this"
-expect_stdout=1 expect 0 "#   total                     4105792 B" "$bw: it fits: 3.9 MiB per rank planned with it, of the device's 100.0 MiB" \
-  "$dw in the next iteration, their f32 inputs held through the body: it fits: 3.9 MiB per rank planned with them, of the device's 100.0 MiB" \
+expect_stdout=1 expect 0 "#   total                     3975488 B" "$bw: it fits: 3.8 MiB per rank planned with it, of the device's 100.0 MiB" \
+  "$dw in the next iteration, their f32 inputs held through the body: it fits: 3.8 MiB per rank planned with them, of the device's 100.0 MiB" \
   -- "${bf[@]}" --topology "$tmp/b100.topo"
-expect_stdout=1 expect 0 "#   total                     3905856 B" "$bw: it fits: 3.7 MiB per rank planned with it, of the device's 3.8 MiB" \
-  "$dw in their own iteration: the plan with them needs 3.9 MiB per rank, over the device's 3.8 MiB" "cpu memory: fits" \
-  -- "${bf[@]}" --topology "$tmp/b3m8.topo"
-expect_stdout=1 expect 1 "#   total                     3938880 B" "$bl: the plan with the persistent copy (0.2 MiB) needs 3.7 MiB per rank, over the device's 3.5 MiB" \
-  "$dw in their own iteration: the plan with them needs 3.9 MiB per rank, over the device's 3.5 MiB" \
-  "error: the plan does not fit: 3.8 MiB per rank, over the cpu memory of 3.5 MiB" -- "${bf[@]}" --topology "$tmp/b3m5.topo"
-expect_stdout=1 expect 0 "#   total                     2685248 B" "$bw: it fits: 2.6 MiB per rank planned with it, of the device's 2.7 MiB" \
-  "$dw in their own iteration: they fit alone: 2.7 MiB per rank planned with them, of the device's 2.7 MiB; not with the persistent weight copies too, which alone the cost model has faster" \
-  -- "${bf[@]}" -D recompute=full --topology "$tmp/b2m74.topo"
+expect_stdout=1 expect 0 "#   total                     3781312 B" "$bw: it fits: 3.6 MiB per rank planned with it, of the device's 3.7 MiB" \
+  "$dw in their own iteration: the plan with them needs 3.8 MiB per rank, over the device's 3.7 MiB" "cpu memory: fits" \
+  -- "${bf[@]}" --topology "$tmp/b3m7.topo"
+expect_stdout=1 expect 1 "#   total                     3781312 B" "$bl: the plan with the persistent copy (0.2 MiB) needs 3.6 MiB per rank, over the device's 3.5 MiB" \
+  "$dw in their own iteration: the plan with them needs 3.8 MiB per rank, over the device's 3.5 MiB" \
+  "error: the plan does not fit: 3.6 MiB per rank, over the cpu memory of 3.5 MiB" -- "${bf[@]}" --topology "$tmp/b3m5.topo"
 # zb_w joins them (one decision, replan.c's auto_memory): tiny 4 layers pp 2 x dp 2, zero 2, zb under full recompute,
-# bf16 on the CUDA target against an A100's figures (p4d): 6,547,456 B per rank with the hold and the deferred
-# waits, 6,413,056 with the hold alone (4.58 ms a step by the cost model), 5,302,272 with the deferred waits alone
-# (each 256 B less since session 40: the last stage's final-norm gradient merged right after the F making it,
-# passes/pipe_class.c's maker merges; 6,412,800 and 5,987,968 below)
-# (4.76 ms: W recomputes, 402 us against 280). On 6.2 MiB (6,501,171 B) each alone fits and the hold is faster:
-# kept, the deferred waits dropped (was: the hold dropped first, alone, and the deferred waits kept: 4.76 ms); on
-# 6.0 MiB the deferred waits with the hold for the last layer of each stage's 2 (5,988,224 B, 8.677e5 tokens/s against
-# 8.670e5 without the hold: its cut loops of one layer each keep their deferred waits across the cut,
-# memplan_defer.c; was: they lost them, and the deferred waits alone were taken, 5,302,272 B).
+# bf16 on the CUDA target against an A100's figures (p4d): 6,611,456 B per rank with the hold and the deferred
+# waits, 6,610,048 with the hold alone, 5,302,016 with the deferred waits alone (W recomputes), 5,168,256 with
+# neither (6,547,200 / 6,412,800 / 5,302,016 / 5,168,256 before the recomputed forward kept its GEMM epilogues,
+# passes/recompute.c: B and W run faster, and zb's lists, made from their times, hold one micro-batch's more between
+# B and W). On 6.3045 MiB (6,610,763 B) each alone fits and the hold is faster: kept, the deferred waits dropped
+# (was: the hold dropped first, alone, and the deferred waits kept); on 6.2 and 6.0 MiB the deferred waits with the
+# hold for the last layer of each stage's 2 (5,987,968 B: its cut loops of one layer each keep their deferred waits
+# across the cut, memplan_defer.c; was: they lost them, and the deferred waits alone were taken, 5,302,272 B).
 zd=(plan models/tiny.model --target cuda -D precision=bf16 -D zero=2 -D dp=2 -D pp=2 -D layers=4 -D microbatches=4 -D schedule=zb -D recompute=full --world 4)
-for mem in 6.2:6m2 6.0:6m0; do
+for mem in 6.3045:6m3 6.2:6m2 6.0:6m0; do
   sed "s/memory 40 GiB/memory ${mem%%:*} MiB/; s/topology p4d_x1/topology p4d_${mem##*:}/" models/topo/p4d-x1.topo >"$tmp/z${mem##*:}.topo"
 done
-expect_stdout=1 expect 0 "#   total                     6412800 B" \
-  "zb W inputs                786432 B         0.75 MiB  a micro-batch's (in activations): $zh: it fits: 6.1 MiB per rank planned with the hold, of the device's 6.2 MiB" \
-  "$dw in their own iteration: they fit alone: 5.1 MiB per rank planned with them, of the device's 6.2 MiB; not with the zb W hold too, which alone the cost model has faster" \
-  -- "${zd[@]}" --topology "$tmp/z6m2.topo"
-expect_stdout=1 expect 0 "#   total                     5987968 B" \
-  "zb W inputs                393216 B         0.38 MiB  a micro-batch's (in activations), held for the last 1 layer of each stage's loop: there W takes the weight-gradient GEMMs' inputs B's recompute made, held from B to W; for the stage's other layers W recomputes them from the forward's saved values: the plan with the whole hold needs 6.1 MiB per rank, over the device's 6.0 MiB; with the hold for the last 1 layers, the most that fit: 5.7 MiB" \
-  "$dw in the next iteration, their f32 inputs held through the body: it fits: 5.1 MiB per rank planned with them, of the device's 6.0 MiB" \
-  -- "${zd[@]}" --topology "$tmp/z6m0.topo"
+expect_stdout=1 expect 0 "#   total                     6610048 B" \
+  "zb W inputs                786432 B         0.75 MiB  a micro-batch's (in activations): $zh: it fits: 6.3 MiB per rank planned with the hold, of the device's 6.3 MiB" \
+  "$dw in their own iteration: they fit alone: 5.1 MiB per rank planned with them, of the device's 6.3 MiB; not with the zb W hold too, which alone the cost model has faster" \
+  -- "${zd[@]}" --topology "$tmp/z6m3.topo"
+zw="a micro-batch's (in activations), held for the last 1 layer of each stage's loop: there W takes the weight-gradient GEMMs' inputs B's recompute made, held from B to W; for the stage's other layers W recomputes them from the forward's saved values"
+for t in 6.2:6m2 6.0:6m0; do
+  expect_stdout=1 expect 0 "#   total                     5987968 B" \
+    "zb W inputs                393216 B         0.38 MiB  $zw: the plan with the whole hold needs 6.3 MiB per rank, over the device's ${t%%:*} MiB; with the hold for the last 1 layers, the most that fit: 5.7 MiB" \
+    "$dw in the next iteration, their f32 inputs held through the body: it fits: 5.1 MiB per rank planned with them, of the device's ${t%%:*} MiB" \
+    -- "${zd[@]}" --topology "$tmp/z${t##*:}.topo"
+done
 # zb_w hold(N) (passes/recompute_split.c): the same at 8 layers (4 a stage), per rank 9,321,984 B without the hold
 # (the deferred waits kept), 9,840,640 / 10,564,608 / 11,351,040 holding for the last 1 / 2 / 3 layers of each stage
 # (256 B more each before session 40's maker merges)
 # (the cut loops keep their deferred waits, a loop of one layer too: was 9,777,920 / 10,595,584 / 11,348,224; hold(1)
 # 9,809,280 before its halves' deferred scatters were unpacked as one, zero_defer.c's defer_pair; 9,840,960 /
 # 10,675,648 / 11,581,056 before W took only the stacked inputs it reads, pipe_split.c),
-# 12,140,288 with the whole hold. On 10.5 MiB (11,010,048 B) auto holds for the last 2 (replan.c's partial_hold; was:
+# 12,336,640 with the whole hold (12,140,288 before the recomputed forward kept its GEMM epilogues). On 10.5 MiB (11,010,048 B) auto holds for the last 2 (replan.c's partial_hold; was:
 # none); hold(N) written is taken as written; N must be a whole number of at least 1 (source and -D).
 # (the fit check's knob for the whole hold written: -D zb_w=hold:2, half of a stage's layers)
 z8=(plan models/tiny.model --target cuda -D precision=bf16 -D zero=2 -D dp=2 -D pp=2 -D layers=8 -D microbatches=4 -D schedule=zb -D recompute=full --world 4)
 sed "s/memory 40 GiB/memory 10.5 MiB/; s/topology p4d_x1/topology p4d_10m5/" models/topo/p4d-x1.topo >"$tmp/z10m5.topo"
 zp="a micro-batch's (in activations), held for the last 2 layers of each stage's loop: there W takes the weight-gradient GEMMs' inputs B's recompute made, held from B to W; for the stage's other layers W recomputes them from the forward's saved values"
 expect_stdout=1 expect 0 "#   total                    10564608 B" \
-  "zb W inputs                786432 B         0.75 MiB  $zp: the plan with the whole hold needs 11.3 MiB per rank, over the device's 10.5 MiB; with the hold for the last 2 layers, the most that fit: 10.1 MiB" \
+  "zb W inputs                786432 B         0.75 MiB  $zp: the plan with the whole hold needs 11.4 MiB per rank, over the device's 10.5 MiB; with the hold for the last 2 layers, the most that fit: 10.1 MiB" \
   -- "${z8[@]}" --topology "$tmp/z10m5.topo"
 expect_stdout=1 expect 0 "#   total                     9840640 B" "held for the last 1 layer of each stage's loop" "zb_w hold(1) (the plan)" \
   -- "${z8[@]}" -D zb_w=hold:1
 # the whole hold written there does not fit: the fit check offers the hold for half of each stage's layers
-expect 1 "error: the plan does not fit: 11.3 MiB per rank" "note:   -D zb_w=hold:2 (the hold for the last 2 of each stage's 4 layers): 10.1 MiB per rank, fits" \
+expect 1 "error: the plan does not fit: 11.4 MiB per rank" "note:   -D zb_w=hold:2 (the hold for the last 2 of each stage's 4 layers): 10.1 MiB per rank, fits" \
   -- "${z8[@]}" -D zb_w=hold --topology "$tmp/z10m5.topo"
 expect 1 "<command line>:9:11: error: \`zb_w hold:N\`: N is the layers of each stage held (its last N), a whole number of at least 1, got \`0\`" \
   "    9 | zb_w=hold:0" "      |           ^" -- "${z8[@]}" -D zb_w=hold:0
@@ -223,9 +221,9 @@ expect 1 "$tmp/zh.model:24:13: error: \`zb_w hold(N)\`: N is the layers of each 
 # The plan's own compile where the driver's check compiled it already (replan.c, replan_plan: the auto choices
 # all taken, their whys made again from the figures, the passes' diagnostics written again): the same printout
 # as a fresh compile of it (--time-passes shows the passes as they run: compiled again, not reused), stdout and
-# stderr but the pass times; and the same printout where the figures change a choice (z6m2: a choice lost).
+# stderr but the pass times; and the same printout where the figures change a choice (z6m3: a choice lost).
 for args in "plan models/tiny.model --world 2 -D zero=2" "plan models/gpt2-124m.model --target cuda -D zero=1" \
-  "plan models/gpt2-124m.model -D pp=2 -D schedule=interleaved -D zero=3" "${zd[*]} --topology $tmp/z6m2.topo" "${zd[*]}"; do
+  "plan models/gpt2-124m.model -D pp=2 -D schedule=interleaved -D zero=3" "${zd[*]} --topology $tmp/z6m3.topo" "${zd[*]}"; do
   # shellcheck disable=SC2086
   o1=$("$shardc" $args 2>"$tmp/e1"); r1=$?
   # shellcheck disable=SC2086

@@ -200,14 +200,21 @@ static void built_graphs(void) {
     chain[i] = z->def;
   }
   Value *sz = tb_op1(g, OP_SUM, z, NULL);
-  /* the chain whose placement forces cuts */
-  Value *t = tb_shaped(g, OP_REDUCE_SUM, 1, &x, DT_F32, tb_shape(1, 8), NULL);
+  /* the chain whose placement forces cuts: t, of the group's shape, read by its first member only, and a narrower
+   * member after it (bf16: over t's bytes, not index for index) */
+  Value *t = tb_shaped(g, OP_TRANSPOSE, 1, &x, DT_F32, s, NULL);
   Value *ea = tb_op2(g, OP_ADD, x2, t, NULL);
-  Value *tb = tb_op1(g, OP_TANH, ea, NULL);
+  Value *tb = tb_shaped(g, OP_CAST, 1, &ea, DT_BF16, s, NULL);
   Value *tc = tb_op1(g, OP_TANH, tb, NULL);
   Value *st = tb_op1(g, OP_SUM, tc, NULL);
+  /* ... and a vector it broadcasts, which lives through the group instead (memplan_keep_group_reads) */
+  Value *u = tb_shaped(g, OP_REDUCE_SUM, 1, &x, DT_F32, tb_shape(1, 8), NULL);
+  Value *ua = tb_op2(g, OP_ADD, x2, u, NULL);
+  Value *ub = tb_op1(g, OP_TANH, ua, NULL);
+  Value *uc = tb_op1(g, OP_TANH, ub, NULL);
+  Value *su = tb_op1(g, OP_SUM, uc, NULL);
   Value *l1 = tb_op2(g, OP_ADD, sr, sv, NULL), *l2 = tb_op2(g, OP_ADD, sz, st, NULL);
-  ir_add_result(g, tb_op2(g, OP_ADD, l1, l2, NULL), "loss");
+  ir_add_result(g, tb_op2(g, OP_ADD, tb_op2(g, OP_ADD, l1, l2, NULL), su, NULL), "loss");
 
   CHECK(pass_fuse(m), "pass_fuse failed");
   CHECK(p->def->group && p->def->group == q->def->group && q->def->group == r->def->group,
@@ -222,15 +229,21 @@ static void built_graphs(void) {
   CHECK(chain[FUSE_MAX_NODES]->group && chain[FUSE_MAX_NODES]->group == chain[39]->group,
          "40 tanh: the rest is one group");
   CHECK(ea->def->group && ea->def->group == tb->def->group && tb->def->group == tc->def->group,
-         "add, tanh, tanh: groups %d %d %d", ea->def->group, tb->def->group, tc->def->group);
+         "add, cast, tanh: groups %d %d %d", ea->def->group, tb->def->group, tc->def->group);
+  CHECK(ua->def->group && ua->def->group == ub->def->group && ub->def->group == uc->def->group,
+         "add, tanh, tanh (a broadcast vector): groups %d %d %d", ua->def->group, ub->def->group, uc->def->group);
   int before = check_groups(g, "after fuse", false);
-  CHECK(before == 6, "%d groups after fuse, want 6 (the last: the scalar adds of the loss)", before);
+  CHECK(before == 7, "%d groups after fuse, want 7 (the last: the scalar adds of the loss)", before);
 
   CHECK(pass_memplan(m), "pass_memplan failed");
   CHECK(overlaps(tb->def->out[0], t), "the plan was meant to put b over t's dead bytes: t at %lld, a %lld, b %lld",
          (long long)t->offset, (long long)ea->offset, (long long)tb->offset);
   CHECK(ea->def->group != tb->def->group, "b would overwrite t, which a reads: groups %d %d %d", ea->def->group,
          tb->def->group, tc->def->group);
+  CHECK(!overlaps(ub->def->out[0], u) && !overlaps(uc->def->out[0], u), "the broadcast vector u at %lld, b %lld, c %lld: "
+        "a later member over it", (long long)u->offset, (long long)ub->offset, (long long)uc->offset);
+  CHECK(ua->def->group && ua->def->group == ub->def->group && ub->def->group == uc->def->group,
+         "add, tanh, tanh over a broadcast vector cut: groups %d %d %d", ua->def->group, ub->def->group, uc->def->group);
   CHECK(p->def->group && p->def->group == r->def->group, "a chain over persistent inputs is cut");
   CHECK(chain[0]->group && chain[0]->group == chain[FUSE_MAX_NODES - 1]->group, "the 32-op group is cut");
   int after = check_groups(g, "after memplan", true);
@@ -396,11 +409,11 @@ int main(void) {
   /* tp: the column-parallel GEMMs' (qkv: bias; fc: bias + GELU; its backward: DGELU_BGRAD); the
    * row-parallel ones' sums are reduced before the bias. Vocab-parallel: the CE_* parts, no fused CE */
   model("tiny tp=2 sp bf16", tiny, tp, 4, 2, 3, 0, 0);
-  /* Llama (no biases): the residual adds without a bias (EPI_RESIDUAL) — the forward's second (the
-   * first's matmul output is kept for the backward's recompute, read twice), the backward's three adds
-   * of two dX GEMMs; SwiGLU's silu and mul one group in the layers' forward loop, the backward's mul,
+  /* Llama (no biases): the residual adds without a bias (EPI_RESIDUAL) — the forward's two (selective
+   * recompute keeps the sum the epilogue stores, not the matmul's output: passes/recompute.c epi_keep),
+   * the backward's three adds of two dX GEMMs; SwiGLU's silu and mul one group in the layers' forward loop, the backward's mul,
    * silu_bwd, mul one in theirs (passes/fuse_order.c, over the GEMMs between), whole after the memory plan */
-  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 4, 1, 1);
+  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 5, 1, 1);
   if (failures) fprintf(stderr, "test_fuse: %d failures\n", failures);
   else printf("test_fuse: ok\n");
   return failures ? 1 : 0;

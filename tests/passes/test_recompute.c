@@ -18,6 +18,11 @@
  * Fused unaries (CUDA target, `none` included): the Llama shape's silu(g) is recomputed in the backward
  * (one stack fewer saved, a silu in the backward loop), bit for bit against the CUDA program without
  * the recompute pass; the CPU target saves it.
+ *
+ * GEMM epilogues (CUDA target, the tiny GPT): selective keeps the bias and residual adds a GEMM's epilogue stores
+ * instead of the GEMM's own output (the same bytes saved as with the epilogues off), so the forward keeps its
+ * epilogues and the backward its DGELU ones; full recomputes GELU's pre-activation before the GEMM whose epilogue
+ * computes its backward; both bit for bit against none.
  */
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +31,7 @@
 #include "frontend.h"
 #include "interp.h"
 #include "memplan.h"
+#include "passes.h"
 #include "pipeline.h"
 #include "tb.h"
 
@@ -35,6 +41,7 @@ static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 
 static const char *const modes[3] = {"none", "selective", "full"};
 static Target compile_target = TARGET_CPU; /* the target compile_opt compiles for */
+static unsigned compile_no_fuse;           /* ... and its Module.no_fuse (shardc --no-fuse) */
 
 /* batch: the logical sequences per step (0: the model's own micro_batch and batch). */
 static Module *compile_opt(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, bool sp,
@@ -68,6 +75,7 @@ static Module *compile_opt(Arena *a, const char *path, const FeDefine *defs, int
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
   m->target = compile_target;
+  m->no_fuse = compile_no_fuse;
   PipelineOptions po = {.verify = true};
   if (!skip_recompute) return pipeline_run(m, &po) ? m : NULL;
   const char *names[64];
@@ -283,6 +291,91 @@ static void cuda_unary(const char *path, const FeDefine *defs, int ndefs, int64_
   tensor_free(&tgt);
 }
 
+/* The layers' forward (!reverse) or backward loop: its GEMMs with an epilogue (dgelu: GELU's backward's, else the
+ * forward's bias / GELU / residual), or its adds. */
+static int loop_count(const Module *m, bool reverse, int what) {
+  int k = 0;
+  for (int i = 0; i < m->graph->nnodes; i++) {
+    const Node *r = m->graph->nodes[i];
+    for (int j = 0; r->op == OP_REPEAT && r->a.reverse == reverse && j < r->body->nnodes; j++) {
+      const Node *n = r->body->nodes[j];
+      if (what == 2) k += n->op == OP_ADD;
+      else k += n->op == OP_MATMUL && n->a.epilogue > 0 && epi_dgelu(n->a.epilogue) == (what == 1);
+    }
+  }
+  return k;
+}
+
+/* The forward loop's saved bytes (its stacked outputs, all layers). */
+static int64_t saved_bytes(const Module *m) {
+  int64_t b = 0;
+  for (int i = 0; i < m->graph->nnodes; i++) {
+    const Node *r = m->graph->nodes[i];
+    for (int o = r->a.ncarry; r->op == OP_REPEAT && !r->a.reverse && o < r->nout; o++)
+      b += ir_numel(&r->out[o]->shape) * ir_dtype_size(r->out[o]->dtype);
+  }
+  return b;
+}
+
+/* The CUDA target (the tiny GPT: biases, GELU): selective keeps a GEMM's bias and residual adds (what its epilogue
+ * stores) rather than its own output, as many bytes (the same as with the epilogues off), so that the forward keeps
+ * every GEMM epilogue it has under none and the backward recomputes no add of one; full recomputes GELU's
+ * pre-activation before the GEMM of the incoming gradient (its DGELU epilogue) and the recomputed forward keeps
+ * its epilogues. Each bit for bit against none in the interpreter. */
+static void cuda_epilogues(const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t V) {
+  Tensor tok = tb_randint(tb_shape(2, (int)B, 8), 321, 0, V);
+  Tensor tgt = tb_randint(tb_shape(2, (int)B, 8), 322, 0, V);
+  enum { NONE, SEL, FULL, SEL_OFF, NM };
+  static const char *const mode[NM] = {"none", "selective", "full", "selective"};
+  Arena ar[NM];
+  Module *m[NM];
+  bool ok = true;
+  compile_target = TARGET_CUDA;
+  for (int k = 0; k < NM; k++) {
+    arena_init(&ar[k]);
+    compile_no_fuse = k == SEL_OFF ? 1u << FUSE_EPILOGUE : 0;
+    m[k] = compile(&ar[k], path, defs, ndefs, 1, 1, false, mode[k], B);
+    CHECK(m[k], "tiny CUDA recompute %s%s: does not compile", mode[k], k == SEL_OFF ? " (epilogues off)" : "");
+    ok = ok && m[k];
+  }
+  compile_target = TARGET_CPU;
+  compile_no_fuse = 0;
+  if (ok) {
+    int fwd[NM], dg[NM], bepi[NM], adds[NM];
+    for (int k = 0; k < NM; k++)
+      fwd[k] = loop_count(m[k], false, 0), dg[k] = loop_count(m[k], true, 1), bepi[k] = loop_count(m[k], true, 0),
+      adds[k] = loop_count(m[k], true, 2);
+    CHECK(fwd[NONE] >= 3 && dg[NONE] >= 1, "tiny CUDA none: %d forward epilogue GEMMs, %d DGELU ones", fwd[NONE], dg[NONE]);
+    CHECK(fwd[SEL] == fwd[NONE] && dg[SEL] == dg[NONE], "tiny CUDA selective: %d forward epilogue GEMMs (none: %d), %d DGELU (none: %d)",
+          fwd[SEL], fwd[NONE], dg[SEL], dg[NONE]);
+    CHECK(adds[SEL] < adds[SEL_OFF], "tiny CUDA selective: the backward's adds %d, %d with the epilogues off", adds[SEL], adds[SEL_OFF]);
+    CHECK(saved_bytes(m[SEL]) == saved_bytes(m[SEL_OFF]), "tiny CUDA selective: saves %lld B, %lld B with the epilogues off",
+          (long long)saved_bytes(m[SEL]), (long long)saved_bytes(m[SEL_OFF]));
+    /* (full runs the forward's GEMMs again but its last, whose output only the residual sum reads) */
+    CHECK(dg[FULL] == dg[NONE] && bepi[FULL] - bepi[NONE] == fwd[NONE] - 1, "tiny CUDA full: %d DGELU GEMMs (none: %d), %d other "
+          "epilogue GEMMs in the backward (none: %d; the forward's: %d)", dg[FULL], dg[NONE], bepi[FULL], bepi[NONE], fwd[NONE]);
+    Interp *it[3];
+    for (int k = 0; k < 3; k++) it[k] = interp_new(m[k]->graph, m[k]->mesh, 7);
+    int checked = 0;
+    for (int step = 1; step <= 2; step++) {
+      for (int k = 0; k < 3; k++) {
+        tb_feed_step(it[k], &tok, &tgt, step);
+        CHECK(interp_step(it[k]), "tiny CUDA recompute %s: interpreter error at step %d", mode[k], step);
+      }
+      checked += compare_exact(m[NONE]->graph, it[NONE], it[SEL], "tiny CUDA selective");
+      checked += compare_exact(m[NONE]->graph, it[NONE], it[FULL], "tiny CUDA full");
+    }
+    CHECK(checked >= 40, "tiny CUDA epilogues: only %d tensors compared", checked);
+    fprintf(stderr, "  %-44s forward epilogue GEMMs %d / %d / %d (full: recomputed), DGELU %d / %d / %d; %d tensors "
+            "bit-identical\n", "tiny CUDA none / selective / full", fwd[NONE], fwd[SEL], bepi[FULL] - bepi[NONE], dg[NONE], dg[SEL],
+            dg[FULL], checked);
+    for (int k = 0; k < 3; k++) interp_free(it[k]);
+  }
+  for (int k = 0; k < NM; k++) arena_free(&ar[k]);
+  tensor_free(&tok);
+  tensor_free(&tgt);
+}
+
 /* The memory plan's activations at the peak: full < selective < none. */
 static void memory_drops(const char *label, const char *path, const FeDefine *defs, int ndefs, int tp) {
   int64_t act[3], peak[3];
@@ -312,6 +405,7 @@ int main(void) {
                                   {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}, {"precision", "f32"}};
   equal_programs("llama", llama, llama_small, 8, 4, 8, 128);
   cuda_unary(llama, llama_small, 8, 4, 128);
+  cuda_epilogues(tiny, tiny_small, 4, 4, 256);
   const FeDefine tiny_real[] = {{"layers", "2"}};
   memory_drops("tiny (2 layers)", tiny, tiny_real, 1, 1);
   memory_drops("tiny (2 layers) tp 2 sp", tiny, tiny_real, 1, 2);
