@@ -54,7 +54,7 @@ typedef struct {
                                  passes/recompute.c): Llama-3-405B 0.73, GPT 8 / 12 (the compiled GEMM time rc none -> full:
                                  x 1.243 and 1.222, where 4 / 3 was taken) */
   double rc_epi;              /* ... and those GEMMs' price per FLOP against the layer's (their epilogues' bytes: GPT-2's
-                                 forward stores its bias, GELU and residual in them, 1.07), from the base (1: none) */
+                                 forward stores its bias, GELU and residual in them, 1.09), from the base (1: none) */
   double qkv;                 /* the outputs of the matrices read before the attention (Q, K, V: d + 2 kv, a GPT's
                                  3 d), logical; 3 d where not found: ring attention's dQ, dK, dV summed per block */
   double attn_fwd;            /* the forward's share of a layer's attention time, as passes/cost_op.c prices the two at the

@@ -205,7 +205,7 @@ static void gemm_times(const Module *m, const CostDevice *dev, const Graph *g, b
 /* PlanModel.rc_epi: the forward GEMMs full recompute runs again (all but the layer's last) at their compiled price over
  * their FLOPs', against the layer's GEMMs' (forward and backward) over theirs, in the base: 1 where no epilogue
  * weighs (the CPU target, tp's collectives after the GEMMs); GPT-2's forward stores its bias, GELU and residual in
- * its GEMMs (passes/epilogue.c), 1.07 of the layer's average. */
+ * its GEMMs (passes/epilogue.c), 1.09 of the layer's average. */
 static void recompute_epilogues(PlanModel *pm, const Module *base, const CostDevice *dev) {
   const Node *f = NULL, *b = NULL;
   double tf = 0, ff = 0, tl = 0, fl = 0;

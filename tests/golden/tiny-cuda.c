@@ -8,8 +8,8 @@
 
 extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */
 
-/* memory plan: 4628928 bytes (peak 4628928 live); kernel scratch follows it */
-#define WS (M + 4628928)
+/* memory plan: 4494272 bytes (peak 4461568 live); kernel scratch follows it */
+#define WS (M + 4494272)
 
 static void step(char *M, RtCtx *ctx) {
   (void)ctx;
@@ -18,10 +18,10 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_launch(ctx, 0, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 482304)}, &(char *){(M + 1688064)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4626816)}});
+  rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4493952)}});
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4626816)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4493952)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 3, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 1692288)}, &(char *){(M + 4313728)}});
@@ -35,28 +35,28 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
       rt_kcalls[RT_KC_GEMM] += 1;
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 2740864 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
         rt_kcalls[RT_KC_GEMM] += 1;
-        rt_cu_matmul(ctx, (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_matmul(ctx, (M + 2740864 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3265152 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 3265152 + i1 * 196608)}});
+        rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 2740864 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
       rt_kcalls[RT_KC_ATTN] += 1;
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4592256 + i1 * 8192)}, &(char *){(M + 3265152 + i1 * 196608)}, &(char *){(M + 3265280 + i1 * 196608)}, &(char *){(M + 3265408 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4477568 + i1 * 8192)}, &(char *){(M + 2740864 + i1 * 196608)}, &(char *){(M + 2740992 + i1 * 196608)}, &(char *){(M + 2741120 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3789440 + i1 * 65536), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 512, 64, 64, 0, 0, ((M + 590080) + i1 * 128), c1_0, NULL)) {
         rt_kcalls[RT_KC_GEMM] += 1;
-        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_matmul(ctx, (M + 3134080), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3134080)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 3134080)}});
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2740864)}, &(char *){(M + 3789440 + i1 * 65536)}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 3134080)}, &(char *){(M + 3789440 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
       rt_kcalls[RT_KC_MEM] += 1;
@@ -77,11 +77,11 @@ static void step(char *M, RtCtx *ctx) {
       rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728)), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 512, 64, 256, 0, 0, ((M + 722944) + i1 * 128), (M + 3789440 + i1 * 65536), NULL)) {
         rt_kcalls[RT_KC_GEMM] += 1;
-        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_matmul(ctx, (M + 3134080), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3134080)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 3134080)}});
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 2740864)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 3134080)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
       }
       if (c1_0 != ((M + 4182656) + i1 * 65536)) {
         rt_cu_copy(ctx, ((M + 4182656) + i1 * 65536), c1_0, 65536);
@@ -94,52 +94,52 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 723328)}});
   /* models/tiny.model:19 */
   rt_kcalls[RT_KC_GEMM] += 1;
-  rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 3134080), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
   rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 19, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4444800)}});
   /* models/tiny.model:19 */
   /* the cross-entropy's forward and backward in one pass over the logits */
   rt_kcalls[RT_KC_MEM] += 3;
-  rt_cu_launch(ctx, 20, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1690112)}, &(char *){(M + 4444800)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 21, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 3003008)}, &(char *){(WS + 320)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(WS + 320)}, &(char *){(M + 1690112)}});
+  rt_cu_launch(ctx, 20, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1690112)}, &(char *){(M + 4444800)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 21, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 3396224)}, &(char *){(WS + 320)}, &(char *){(M + 3134080)}, &(char *){(M + 1690112)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4494208)}, &(char *){(WS + 320)}, &(char *){(M + 1690112)}});
   /* models/tiny.model:19 */
   /* computed with the loss (fused cross-entropy) */
   /* models/tiny.model:19 */
   rt_kcalls[RT_KC_GEMM] += 1;
-  rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3003008), (M + 482304), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 3134080), RT_BF16, (M + 3396224), (M + 482304), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
   rt_kcalls[RT_KC_GEMM] += 1;
-  rt_cu_matmul(ctx, (M + 4559488), RT_BF16, (M + 3003008), (M + 4379264), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 4444800), RT_BF16, (M + 3396224), (M + 4379264), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
   /* models/std/transformer.model:11 */
   rt_kcalls[RT_KC_MEM] += 2;
-  rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 2740864)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4628608)}, &(char *){(M + 4628736)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3461760)}, &(char *){(WS + 256)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 3134080)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4382592)}, &(char *){(M + 4382720)}, &(char *){(WS + 256)}});
   /* models/std/transformer.model:10 */
   /* (the cast to f32: its readers widen its source themselves) */
   /* models/std/transformer.model:9 */
   /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:15 */
   { /* repeat blocks.grad x2 */
-    char *c1_0 = (M + 4379264);
+    char *c1_0 = (M + 3461760);
     for (int64_t i1 = 1; i1 >= 0; i1--) {
       /* models/std/transformer.model:76 */
       rt_kcalls[RT_KC_MEM] += 1;
-      rt_cu_launch(ctx, 25, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4628352 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 25, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4382336 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:73 */
       /* matmul + GELU's backward in one GEMM (epilogue), its bias gradient there too or after it */
       {
         rt_kcalls[RT_KC_GEMM] += 1;
-        const int ep = rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 3003008), RT_BF16, c1_0, ((M + 657408) + i1 * 32768), RT_BF16, 512, 256, 64, 0, 1, ((M + 2216576) + i1 * 262144), (M + 4625024 + i1 * 512));
+        const int ep = rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 3134080), RT_BF16, c1_0, ((M + 657408) + i1 * 32768), RT_BF16, 512, 256, 64, 0, 1, ((M + 2216576) + i1 * 262144), (M + 4379264 + i1 * 512));
         if (ep == RT_CU_EP_NONE) {
           rt_kcalls[RT_KC_GEMM] += 1;
-          rt_cu_matmul(ctx, (M + 2740864), RT_BF16, c1_0, ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+          rt_cu_matmul(ctx, (M + 3134080), RT_BF16, c1_0, ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
           rt_kcalls[RT_KC_MEM] += 1;
-          rt_cu_launch(ctx, 26, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2216576) + i1 * 262144)}, &(char *){(M + 2740864)}, &(char *){(M + 3003008)}});
+          rt_cu_launch(ctx, 26, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2216576) + i1 * 262144)}, &(char *){(M + 3134080)}, &(char *){(M + 3134080)}});
         }
         if (ep != RT_CU_EP_ALL) {
           rt_kcalls[RT_KC_MEM] += 1;
-          rt_cu_launch(ctx, 27, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4625024 + i1 * 512)}, &(char *){(M + 3003008)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+          rt_cu_launch(ctx, 27, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4379264 + i1 * 512)}, &(char *){(M + 3134080)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
         }
       }
       /* models/std/transformer.model:71 */
@@ -150,57 +150,57 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:73 */
       /* models/std/transformer.model:73 */
       rt_kcalls[RT_KC_GEMM] += 1;
-      rt_cu_matmul(ctx, (M + 4444800 + i1 * 32768), RT_BF16, ((M + 1692288) + i1 * 262144), c1_0, RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 3592832 + i1 * 32768), RT_BF16, ((M + 1692288) + i1 * 262144), c1_0, RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:66 */
       rt_kcalls[RT_KC_GEMM] += 1;
-      rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3003008), ((M + 590848) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 1, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 3396224), RT_BF16, (M + 3134080), ((M + 590848) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
       rt_kcalls[RT_KC_GEMM] += 1;
-      rt_cu_matmul(ctx, (M + 4313728 + i1 * 32768), RT_BF16, ((M + 3658368) + i1 * 65536), (M + 3003008), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 3527296 + i1 * 32768), RT_BF16, ((M + 3658368) + i1 * 65536), (M + 3134080), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
       /* the norm's backward + the residual gradient's add below, in one kernel (fuse_normres) */
       rt_kcalls[RT_KC_MEM] += 2;
-      rt_cu_launch(ctx, 28, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){((M + 3789440) + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){(M + 2740864)}, &(char *){c1_0}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627840 + i1 * 128)}, &(char *){(M + 4628096 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 28, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3461760)}, &(char *){(WS + 256)}, &(char *){((M + 3789440) + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){(M + 3396224)}, &(char *){c1_0}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4381824 + i1 * 128)}, &(char *){(M + 4382080 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       /* computed by the norm's backward above */
       /* models/std/transformer.model:58 */
       rt_kcalls[RT_KC_MEM] += 1;
-      rt_cu_launch(ctx, 25, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4627584 + i1 * 128)}, &(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 25, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4381568 + i1 * 128)}, &(char *){(M + 3461760)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:55 */
       rt_kcalls[RT_KC_GEMM] += 1;
-      rt_cu_matmul(ctx, (M + 2937472), RT_BF16, (M + 4379264), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 3330688), RT_BF16, (M + 3461760), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
       rt_kcalls[RT_KC_GEMM] += 1;
-      rt_cu_matmul(ctx, (M + 4608640 + i1 * 8192), RT_BF16, ((M + 3920512) + i1 * 65536), (M + 4379264), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4362880 + i1 * 8192), RT_BF16, ((M + 3920512) + i1 * 65536), (M + 3461760), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
       rt_kcalls[RT_KC_ATTN] += 2;
-      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{29, 1, 128, "1x4x64/0", 12288}, {30, 1, 128, "1x4x32/0", 6144}, {31, 1, 256, "1x8x64/0", 12288}, {32, 1, 128, "2x4x16/0", 3072}, {33, 2, 64, "1x2x64/0", 12288}, {34, 1, 256, "1x8x32/0", 6144}, {35, 1, 128, "1x4x16/0", 3072}, {36, 1, 128, "1x4x128/0", 24576}, {37, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 3920512) + i1 * 65536)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{38, 1, 128, "1x4x64/0", 13312}, {39, 1, 128, "1x4x32/3", 6656}, {40, 1, 256, "1x8x64/0", 13312}, {41, 1, 256, "1x8x32/0", 6656}, {42, 2, 64, "1x2x64/0", 13312}, {43, 1, 128, "2x4x16/0", 3328}, {44, 2, 64, "1x2x32/0", 6656}, {45, 1, 128, "1x4x128/0s", 32768}, {46, 1, 256, "1x8x128/0s", 38912}, {47, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 2740992)}, &(char *){(M + 2741120)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
+      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{29, 1, 128, "1x4x64/0", 12288}, {30, 1, 128, "1x4x32/0", 6144}, {31, 1, 256, "1x8x64/0", 12288}, {32, 1, 128, "2x4x16/0", 3072}, {33, 2, 64, "1x2x64/0", 12288}, {34, 1, 256, "1x8x32/0", 6144}, {35, 1, 128, "1x4x16/0", 3072}, {36, 1, 128, "1x4x128/0", 24576}, {37, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 3134080)}, &(char *){(WS + 256)}, &(char *){(((M + 2740864) + i1 * 196608) + 0)}, &(char *){(((M + 2740864) + i1 * 196608) + 128)}, &(char *){(((M + 2740864) + i1 * 196608) + 256)}, &(char *){((M + 3920512) + i1 * 65536)}, &(char *){((M + 4477568) + i1 * 8192)}, &(char *){(M + 3330688)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{38, 1, 128, "1x4x64/0", 13312}, {39, 1, 128, "1x4x32/3", 6656}, {40, 1, 256, "1x8x64/0", 13312}, {41, 1, 256, "1x8x32/0", 6656}, {42, 2, 64, "1x2x64/0", 13312}, {43, 1, 128, "2x4x16/0", 3328}, {44, 2, 64, "1x2x32/0", 6656}, {45, 1, 128, "1x4x128/0s", 32768}, {46, 1, 256, "1x8x128/0s", 38912}, {47, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 3134208)}, &(char *){(M + 3134336)}, &(char *){(((M + 2740864) + i1 * 196608) + 0)}, &(char *){(((M + 2740864) + i1 * 196608) + 128)}, &(char *){(((M + 2740864) + i1 * 196608) + 256)}, &(char *){((M + 4477568) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 3330688)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:30 */
       rt_kcalls[RT_KC_MEM] += 1;
-      rt_cu_launch(ctx, 48, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4626048 + i1 * 384)}, &(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 48, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4380288 + i1 * 384)}, &(char *){(M + 3134080)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:27 */
       rt_kcalls[RT_KC_GEMM] += 1;
-      rt_cu_matmul(ctx, (M + 2937472), RT_BF16, (M + 2740864), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 3330688), RT_BF16, (M + 3134080), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
       rt_kcalls[RT_KC_GEMM] += 1;
-      rt_cu_matmul(ctx, (M + 4510336 + i1 * 24576), RT_BF16, ((M + 4051584) + i1 * 65536), (M + 2740864), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4313728 + i1 * 24576), RT_BF16, ((M + 4051584) + i1 * 65536), (M + 3134080), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
       /* the norm's backward + the residual gradient's add below, in one kernel (fuse_normres) */
       rt_kcalls[RT_KC_MEM] += 2;
-      rt_cu_launch(ctx, 28, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){((M + 4182656) + i1 * 65536)}, &(char *){((M + 523264) + i1 * 128)}, &(char *){(M + 2937472)}, &(char *){(M + 4379264)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627072 + i1 * 128)}, &(char *){(M + 4627328 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 28, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3461760)}, &(char *){(WS + 256)}, &(char *){((M + 4182656) + i1 * 65536)}, &(char *){((M + 523264) + i1 * 128)}, &(char *){(M + 3330688)}, &(char *){(M + 3461760)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4381056 + i1 * 128)}, &(char *){(M + 4381312 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       /* computed by the norm's backward above */
-      c1_0 = (M + 4379264);
+      c1_0 = (M + 3461760);
     }
   }
   /* models/std/transformer.model:75 */
@@ -229,18 +229,18 @@ static void step(char *M, RtCtx *ctx) {
   /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 49, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 4379264)}});
+  rt_cu_launch(ctx, 49, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 3461760)}});
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 2;
-  rt_cu_launch(ctx, 51, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4626816)}, &(long long){0}}); rt_cu_launch(ctx, 50, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1725056)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1692288)}});
+  rt_cu_launch(ctx, 51, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4493952)}, &(long long){0}}); rt_cu_launch(ctx, 50, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1725056)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1692288)}});
   /* models/tiny.model:12 */
   /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 2;
-  rt_cu_launch(ctx, 53, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1688064)}, &(long long){0}}); rt_cu_launch(ctx, 52, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4379264)}});
+  rt_cu_launch(ctx, 53, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1688064)}, &(long long){0}}); rt_cu_launch(ctx, 52, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 3461760)}});
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 54, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4559488)}, &(char *){(M + 1692288)}, &(char *){(M + 4559488)}});
+  rt_cu_launch(ctx, 54, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4444800)}, &(char *){(M + 1692288)}, &(char *){(M + 4444800)}});
   /* models/tiny.model:11 */
   /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:26 */
@@ -294,7 +294,7 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:26 */
   /* 16 sums of squares in one kernel, into the concat's elements */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 55, 39, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693312)}, &(char *){(WS + 256)}, &(char *){(WS + 64)}, &(char *){(M + 4559488)}, &(char *){(M + 1725056)}, &(char *){(M + 4627072)}, &(char *){(M + 4627328)}, &(char *){(M + 4510336)}, &(char *){(M + 4626048)}, &(char *){(M + 4608640)}, &(char *){(M + 4627584)}, &(char *){(M + 4627840)}, &(char *){(M + 4628096)}, &(char *){(M + 4313728)}, &(char *){(M + 4625024)}, &(char *){(M + 4444800)}, &(char *){(M + 4628352)}, &(char *){(M + 4628608)}, &(char *){(M + 4628736)}});
+  rt_cu_launch(ctx, 55, 39, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693312)}, &(char *){(WS + 256)}, &(char *){(WS + 64)}, &(char *){(M + 4444800)}, &(char *){(M + 1725056)}, &(char *){(M + 4381056)}, &(char *){(M + 4381312)}, &(char *){(M + 4313728)}, &(char *){(M + 4380288)}, &(char *){(M + 4362880)}, &(char *){(M + 4381568)}, &(char *){(M + 4381824)}, &(char *){(M + 4382080)}, &(char *){(M + 3527296)}, &(char *){(M + 4379264)}, &(char *){(M + 3592832)}, &(char *){(M + 4382336)}, &(char *){(M + 4382592)}, &(char *){(M + 4382720)}});
   /* models/tiny.model:26 */
   rt_kcalls[RT_KC_MEM] += 2;
   rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1693312)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 256)}});
@@ -311,7 +311,7 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_copy_block(ctx, (M + 1692288), 3, 2, (M + 1692224), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:11 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 59, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4559488)}, &(char *){(M + 723456)}, &(char *){(M + 788992)}, &(char *){(M + 1692288)}, &(char *){(M + 482304)}});
+  rt_cu_launch(ctx, 59, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4444800)}, &(char *){(M + 723456)}, &(char *){(M + 788992)}, &(char *){(M + 1692288)}, &(char *){(M + 482304)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/tiny.model:12 */
   rt_kcalls[RT_KC_MEM] += 1;
@@ -319,59 +319,59 @@ static void step(char *M, RtCtx *ctx) {
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 4627072)}, &(char *){(M + 887296)}, &(char *){(M + 887808)}, &(char *){(M + 1692288)}, &(char *){(M + 523264)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 4381056)}, &(char *){(M + 887296)}, &(char *){(M + 887808)}, &(char *){(M + 1692288)}, &(char *){(M + 523264)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 4627328)}, &(char *){(M + 888320)}, &(char *){(M + 888832)}, &(char *){(M + 1692288)}, &(char *){(M + 523520)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 4381312)}, &(char *){(M + 888320)}, &(char *){(M + 888832)}, &(char *){(M + 1692288)}, &(char *){(M + 523520)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:26 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 62, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4510336)}, &(char *){(M + 889344)}, &(char *){(M + 987648)}, &(char *){(M + 1692288)}, &(char *){(M + 523776)}});
+  rt_cu_launch(ctx, 62, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4313728)}, &(char *){(M + 889344)}, &(char *){(M + 987648)}, &(char *){(M + 1692288)}, &(char *){(M + 523776)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:29 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 63, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 4626048)}, &(char *){(M + 1085952)}, &(char *){(M + 1087488)}, &(char *){(M + 1692288)}, &(char *){(M + 572928)}});
+  rt_cu_launch(ctx, 63, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 4380288)}, &(char *){(M + 1085952)}, &(char *){(M + 1087488)}, &(char *){(M + 1692288)}, &(char *){(M + 572928)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:54 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 64, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4608640)}, &(char *){(M + 1089024)}, &(char *){(M + 1121792)}, &(char *){(M + 1692288)}, &(char *){(M + 573696)}});
+  rt_cu_launch(ctx, 64, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4362880)}, &(char *){(M + 1089024)}, &(char *){(M + 1121792)}, &(char *){(M + 1692288)}, &(char *){(M + 573696)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:57 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 4627584)}, &(char *){(M + 1154560)}, &(char *){(M + 1155072)}, &(char *){(M + 1692288)}, &(char *){(M + 590080)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 4381568)}, &(char *){(M + 1154560)}, &(char *){(M + 1155072)}, &(char *){(M + 1692288)}, &(char *){(M + 590080)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 4627840)}, &(char *){(M + 1155584)}, &(char *){(M + 1156096)}, &(char *){(M + 1692288)}, &(char *){(M + 590336)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 4381824)}, &(char *){(M + 1155584)}, &(char *){(M + 1156096)}, &(char *){(M + 1692288)}, &(char *){(M + 590336)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 4628096)}, &(char *){(M + 1156608)}, &(char *){(M + 1157120)}, &(char *){(M + 1692288)}, &(char *){(M + 590592)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 4382080)}, &(char *){(M + 1156608)}, &(char *){(M + 1157120)}, &(char *){(M + 1692288)}, &(char *){(M + 590592)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:65 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 65, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4313728)}, &(char *){(M + 1157632)}, &(char *){(M + 1288704)}, &(char *){(M + 1692288)}, &(char *){(M + 590848)}});
+  rt_cu_launch(ctx, 65, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 3527296)}, &(char *){(M + 1157632)}, &(char *){(M + 1288704)}, &(char *){(M + 1692288)}, &(char *){(M + 590848)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:68 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 66, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 4625024)}, &(char *){(M + 1419776)}, &(char *){(M + 1421824)}, &(char *){(M + 1692288)}, &(char *){(M + 656384)}});
+  rt_cu_launch(ctx, 66, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 4379264)}, &(char *){(M + 1419776)}, &(char *){(M + 1421824)}, &(char *){(M + 1692288)}, &(char *){(M + 656384)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:72 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 65, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 4444800)}, &(char *){(M + 1423872)}, &(char *){(M + 1554944)}, &(char *){(M + 1692288)}, &(char *){(M + 657408)}});
+  rt_cu_launch(ctx, 65, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 3592832)}, &(char *){(M + 1423872)}, &(char *){(M + 1554944)}, &(char *){(M + 1692288)}, &(char *){(M + 657408)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:75 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 4628352)}, &(char *){(M + 1686016)}, &(char *){(M + 1686528)}, &(char *){(M + 1692288)}, &(char *){(M + 722944)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 4382336)}, &(char *){(M + 1686016)}, &(char *){(M + 1686528)}, &(char *){(M + 1692288)}, &(char *){(M + 722944)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4628608)}, &(char *){(M + 1687040)}, &(char *){(M + 1687296)}, &(char *){(M + 1692288)}, &(char *){(M + 723200)}});
+  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4382592)}, &(char *){(M + 1687040)}, &(char *){(M + 1687296)}, &(char *){(M + 1692288)}, &(char *){(M + 723200)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4628736)}, &(char *){(M + 1687552)}, &(char *){(M + 1687808)}, &(char *){(M + 1692288)}, &(char *){(M + 723328)}});
+  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4382720)}, &(char *){(M + 1687552)}, &(char *){(M + 1687808)}, &(char *){(M + 1692288)}, &(char *){(M + 723328)}});
   /* (the cast: its bf16 copy, stored by the update above) */
 }
 
@@ -382,10 +382,10 @@ static void eval(char *M, RtCtx *ctx) {
   rt_cu_launch(ctx, 0, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 482304)}, &(char *){(M + 1688064)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4626816)}});
+  rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4493952)}});
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4626816)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4493952)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 3, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 1692288)}, &(char *){(M + 4313728)}});
@@ -399,28 +399,28 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
       rt_kcalls[RT_KC_GEMM] += 1;
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 2740864 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
         rt_kcalls[RT_KC_GEMM] += 1;
-        rt_cu_matmul(ctx, (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_matmul(ctx, (M + 2740864 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3265152 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 3265152 + i1 * 196608)}});
+        rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 2740864 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
       rt_kcalls[RT_KC_ATTN] += 1;
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4592256 + i1 * 8192)}, &(char *){(M + 3265152 + i1 * 196608)}, &(char *){(M + 3265280 + i1 * 196608)}, &(char *){(M + 3265408 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4477568 + i1 * 8192)}, &(char *){(M + 2740864 + i1 * 196608)}, &(char *){(M + 2740992 + i1 * 196608)}, &(char *){(M + 2741120 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3789440 + i1 * 65536), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 512, 64, 64, 0, 0, ((M + 590080) + i1 * 128), c1_0, NULL)) {
         rt_kcalls[RT_KC_GEMM] += 1;
-        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_matmul(ctx, (M + 3134080), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3134080)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 3134080)}});
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2740864)}, &(char *){(M + 3789440 + i1 * 65536)}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 3134080)}, &(char *){(M + 3789440 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
       rt_kcalls[RT_KC_MEM] += 1;
@@ -441,11 +441,11 @@ static void eval(char *M, RtCtx *ctx) {
       rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728)), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 512, 64, 256, 0, 0, ((M + 722944) + i1 * 128), (M + 3789440 + i1 * 65536), NULL)) {
         rt_kcalls[RT_KC_GEMM] += 1;
-        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_matmul(ctx, (M + 3134080), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3134080)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 3134080)}});
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 2740864)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 3134080)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
       }
       if (c1_0 != ((M + 4182656) + i1 * 65536)) {
         rt_cu_copy(ctx, ((M + 4182656) + i1 * 65536), c1_0, 65536);
@@ -458,10 +458,10 @@ static void eval(char *M, RtCtx *ctx) {
   rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 723328)}});
   /* models/tiny.model:19 */
   rt_kcalls[RT_KC_GEMM] += 1;
-  rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 3134080), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
   rt_kcalls[RT_KC_MEM] += 2;
-  rt_cu_launch(ctx, 68, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(WS + 256)}, &(char *){(M + 1690112)}});
+  rt_cu_launch(ctx, 68, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 3134080)}, &(char *){(M + 1690112)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4494208)}, &(char *){(WS + 256)}, &(char *){(M + 1690112)}});
 }
 
 static void logits(char *M, RtCtx *ctx) {
@@ -471,10 +471,10 @@ static void logits(char *M, RtCtx *ctx) {
   rt_cu_launch(ctx, 0, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 482304)}, &(char *){(M + 1688064)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4626816)}});
+  rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4493952)}});
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 1;
-  rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4626816)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4493952)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
   rt_kcalls[RT_KC_MEM] += 1;
   rt_cu_launch(ctx, 3, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 1692288)}, &(char *){(M + 4313728)}});
@@ -488,28 +488,28 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
       rt_kcalls[RT_KC_GEMM] += 1;
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 2740864 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
         rt_kcalls[RT_KC_GEMM] += 1;
-        rt_cu_matmul(ctx, (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_matmul(ctx, (M + 2740864 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3265152 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 3265152 + i1 * 196608)}});
+        rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 2740864 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
       rt_kcalls[RT_KC_ATTN] += 1;
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4592256 + i1 * 8192)}, &(char *){(M + 3265152 + i1 * 196608)}, &(char *){(M + 3265280 + i1 * 196608)}, &(char *){(M + 3265408 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4477568 + i1 * 8192)}, &(char *){(M + 2740864 + i1 * 196608)}, &(char *){(M + 2740992 + i1 * 196608)}, &(char *){(M + 2741120 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3789440 + i1 * 65536), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 512, 64, 64, 0, 0, ((M + 590080) + i1 * 128), c1_0, NULL)) {
         rt_kcalls[RT_KC_GEMM] += 1;
-        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_matmul(ctx, (M + 3134080), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3134080)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 3134080)}});
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2740864)}, &(char *){(M + 3789440 + i1 * 65536)}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 3134080)}, &(char *){(M + 3789440 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
       rt_kcalls[RT_KC_MEM] += 1;
@@ -530,11 +530,11 @@ static void logits(char *M, RtCtx *ctx) {
       rt_kcalls[RT_KC_GEMM] += 1;
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728)), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 512, 64, 256, 0, 0, ((M + 722944) + i1 * 128), (M + 3789440 + i1 * 65536), NULL)) {
         rt_kcalls[RT_KC_GEMM] += 1;
-        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_matmul(ctx, (M + 3134080), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3134080)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 3134080)}});
         rt_kcalls[RT_KC_MEM] += 1;
-        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 2740864)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 3134080)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
       }
       if (c1_0 != ((M + 4182656) + i1 * 65536)) {
         rt_cu_copy(ctx, ((M + 4182656) + i1 * 65536), c1_0, 65536);
@@ -547,7 +547,7 @@ static void logits(char *M, RtCtx *ctx) {
   rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 723328)}});
   /* models/tiny.model:19 */
   rt_kcalls[RT_KC_GEMM] += 1;
-  rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 3134080), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
 }
 
 /* the program's kernels: compiled by NVRTC at start for the GPU found, cubins cached */
@@ -1176,29 +1176,29 @@ static const RtTensor tensors[] = {
   {"adam_v:layernorm.w", RT_T_STATE, 0, 1, {64}, 1687296, 0, 0, 0, 0},
   {"adam_m:layernorm.b", RT_T_STATE, 0, 1, {64}, 1687552, 0, 0, 0, 0},
   {"adam_v:layernorm.b", RT_T_STATE, 0, 1, {64}, 1687808, 0, 0, 0, 0},
-  {"loss", RT_T_RESULT, 0, 0, {}, 4628864, 0, 0, 0, 0},
-  {"grad:wte", RT_T_RESULT, 1, 2, {256, 64}, 4559488, 0, 0, 0, 0},
+  {"loss", RT_T_RESULT, 0, 0, {}, 4494208, 0, 0, 0, 0},
+  {"grad:wte", RT_T_RESULT, 1, 2, {256, 64}, 4444800, 0, 0, 0, 0},
   {"grad:wpe", RT_T_RESULT, 1, 2, {64, 64}, 1725056, 0, 0, 0, 0},
-  {"grad:blocks.layernorm.w", RT_T_RESULT, 1, 2, {2, 64}, 4627072, 1, 0, 0, 0},
-  {"grad:blocks.layernorm.b", RT_T_RESULT, 1, 2, {2, 64}, 4627328, 1, 0, 0, 0},
-  {"grad:blocks.attention.w_qkv", RT_T_RESULT, 1, 3, {2, 64, 192}, 4510336, 1, 0, 0, 0},
-  {"grad:blocks.attention.b_qkv", RT_T_RESULT, 1, 2, {2, 192}, 4626048, 1, 0, 0, 0},
-  {"grad:blocks.attention.w_o", RT_T_RESULT, 1, 3, {2, 64, 64}, 4608640, 1, 0, 0, 0},
-  {"grad:blocks.attention.b_o", RT_T_RESULT, 1, 2, {2, 64}, 4627584, 1, 0, 0, 0},
-  {"grad:blocks.layernorm_2.w", RT_T_RESULT, 1, 2, {2, 64}, 4627840, 1, 0, 0, 0},
-  {"grad:blocks.layernorm_2.b", RT_T_RESULT, 1, 2, {2, 64}, 4628096, 1, 0, 0, 0},
-  {"grad:blocks.mlp.w_fc", RT_T_RESULT, 1, 3, {2, 64, 256}, 4313728, 1, 0, 0, 0},
-  {"grad:blocks.mlp.b_fc", RT_T_RESULT, 1, 2, {2, 256}, 4625024, 1, 0, 0, 0},
-  {"grad:blocks.mlp.w_proj", RT_T_RESULT, 1, 3, {2, 256, 64}, 4444800, 1, 0, 0, 0},
-  {"grad:blocks.mlp.b_proj", RT_T_RESULT, 1, 2, {2, 64}, 4628352, 1, 0, 0, 0},
-  {"grad:layernorm.w", RT_T_RESULT, 1, 1, {64}, 4628608, 0, 0, 0, 0},
-  {"grad:layernorm.b", RT_T_RESULT, 1, 1, {64}, 4628736, 0, 0, 0, 0},
+  {"grad:blocks.layernorm.w", RT_T_RESULT, 1, 2, {2, 64}, 4381056, 1, 0, 0, 0},
+  {"grad:blocks.layernorm.b", RT_T_RESULT, 1, 2, {2, 64}, 4381312, 1, 0, 0, 0},
+  {"grad:blocks.attention.w_qkv", RT_T_RESULT, 1, 3, {2, 64, 192}, 4313728, 1, 0, 0, 0},
+  {"grad:blocks.attention.b_qkv", RT_T_RESULT, 1, 2, {2, 192}, 4380288, 1, 0, 0, 0},
+  {"grad:blocks.attention.w_o", RT_T_RESULT, 1, 3, {2, 64, 64}, 4362880, 1, 0, 0, 0},
+  {"grad:blocks.attention.b_o", RT_T_RESULT, 1, 2, {2, 64}, 4381568, 1, 0, 0, 0},
+  {"grad:blocks.layernorm_2.w", RT_T_RESULT, 1, 2, {2, 64}, 4381824, 1, 0, 0, 0},
+  {"grad:blocks.layernorm_2.b", RT_T_RESULT, 1, 2, {2, 64}, 4382080, 1, 0, 0, 0},
+  {"grad:blocks.mlp.w_fc", RT_T_RESULT, 1, 3, {2, 64, 256}, 3527296, 1, 0, 0, 0},
+  {"grad:blocks.mlp.b_fc", RT_T_RESULT, 1, 2, {2, 256}, 4379264, 1, 0, 0, 0},
+  {"grad:blocks.mlp.w_proj", RT_T_RESULT, 1, 3, {2, 256, 64}, 3592832, 1, 0, 0, 0},
+  {"grad:blocks.mlp.b_proj", RT_T_RESULT, 1, 2, {2, 64}, 4382336, 1, 0, 0, 0},
+  {"grad:layernorm.w", RT_T_RESULT, 1, 1, {64}, 4382592, 0, 0, 0, 0},
+  {"grad:layernorm.b", RT_T_RESULT, 1, 1, {64}, 4382720, 0, 0, 0, 0},
   {"grad_norm", RT_T_RESULT, 0, 0, {}, 1692352, 0, 0, 0, 0},
 };
 
 /* the logits the logits() entry leaves, with their sharding (sampling gathers them) */
 static const RtTensor logits_tensor =
-  {"logits", RT_T_RESULT, 1, 3, {8, 64, 256}, 2740864, 0, 0, 0, 0};
+  {"logits", RT_T_RESULT, 1, 3, {8, 64, 256}, 3134080, 0, 0, 0, 0};
 
 static const int64_t kern_plan[] = { /* [stage][class]: kernel calls a step (passes/cost.c) */
   27, 6, 57,
@@ -1210,9 +1210,9 @@ static const double gemm_flop_plan[] = { /* [stage]: matmul FLOPs a step (passes
 static const RtProgram program = {
   .model = "tiny",
   .source = "models/tiny.model",
-  .mem_bytes = 4628928,
+  .mem_bytes = 4494272,
   .workspace_bytes = workspace_bytes,
-  .mem_peak = 4628928,
+  .mem_peak = 4461568,
   .batch = 8,
   .seq = 64,
   .global_batch = 8,
@@ -1228,7 +1228,7 @@ static const RtProgram program = {
   .kern_plan = kern_plan,
   .kern_plan_stages = 1,
   .gemm_flop_plan = gemm_flop_plan,
-  .logits_offset = 2740864,
+  .logits_offset = 3134080,
   .logits_tensor = &logits_tensor,
   .recipe = {.optimizer = RT_OPT_ADAMW, .lr = 0.001, .min_lr = 0.0001, .lr_schedule = RT_LR_COSINE, .warmup = 20, .steps = 300, .seed = 1337u, .grad_clip = 1,
              .data = "data/tiny/train.txt", .val = "data/tiny/val.txt", .ckpt_every = 100, .ckpt_dir = "ckpt/tiny", .ckpt_keep = 2},
