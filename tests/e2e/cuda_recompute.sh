@@ -34,6 +34,26 @@ for r in selective full; do
   done
 done
 echo "cuda recompute (emulated device, tp 2 + sp, bf16): selective and full bit-identical to none over 2 steps"
+# One rank, tp 1: every GEMM epilogue (passes/epilogue.c: the bias, GELU and residual adds in the forward's GEMMs,
+# GELU's backward in the incoming gradient's). Selective keeps the adds those epilogues store (passes/recompute.c
+# epi_keep), full makes GELU's pre-activation before the DGELU GEMM (dgelu_first), whose output GELU's backward
+# writes in place (passes/memplan.c): the same losses and checkpoints as none, bit for bit.
+for r in none selective full; do
+  "$shardc" build models/tiny.model -D seq=32 -D micro_batch=8 -D dp=1 -D tp=1 -D precision=bf16 \
+    -D recompute="$r" --world 1 --target cuda -o "$t/o_$r" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
+  SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -np 1 "$t/o_$r" --data "$t/data.txt" --steps 2 \
+    --eval-every 0 --val-batches 1 --log "$t/o$r.jsonl" --save-to "$t/co_$r" --ckpt-format logical >"$t/o$r.out" 2>&1 ||
+    { cat "$t/o$r.out"; fail "tp 1 recompute $r"; }
+done
+[ "$(losses "$t/onone.jsonl" | wc -l)" = 2 ] || fail "tp 1: $(losses "$t/onone.jsonl" | wc -l) steps logged, want 2"
+for r in selective full; do
+  [ "$(losses "$t/onone.jsonl")" = "$(losses "$t/o$r.jsonl")" ] || {
+    paste <(losses "$t/onone.jsonl") <(losses "$t/o$r.jsonl"); fail "tp 1 recompute $r: losses differ"; }
+  for f in model.safetensors optimizer.safetensors; do
+    cmp -s "$t/co_none/step_00000002/$f" "$t/co_$r/step_00000002/$f" || fail "tp 1 recompute $r: $f differs"
+  done
+done
+echo "cuda recompute (emulated device, tp 1, bf16, every GEMM epilogue): selective and full bit-identical to none over 2 steps"
 # pp 2 zero-bubble, f32, 2 micro-batches (tests/e2e/zb_dgelu.model: RMSNorm, GQA, a GELU MLP without biases): B
 # under recompute full re-runs each layer's forward after the GEMM of the incoming gradient, whose GELU-backward
 # epilogue (passes/epilogue.c) read the MLP's pre-activation before the recompute made it (the micro-batch before's
