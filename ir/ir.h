@@ -348,6 +348,12 @@ bool ir_attn_flash(DType dt, int64_t hd);
  * (codegen/emit_table.c). */
 void ir_mark_folded_casts(Graph *g);
 bool ir_cast_folded(const Node *c);
+/* The position after the fusion group (Node.group) of g's node i and the members after it: i + 1 where it is in none. */
+static inline int ir_group_end(const Graph *g, int i) {
+  int end = i + 1;
+  while (g->nodes[i]->group && end < g->nnodes && g->nodes[end]->group == g->nodes[i]->group) end++;
+  return end;
+}
 /* v, or the source of the folded cast that makes it (ir_cast_folded). */
 const Value *ir_unfold_cast(const Value *v);
 /* The persistent bf16 copy (its STATE) that an all-gather of v writes (passes/zero_master.c: v the bf16

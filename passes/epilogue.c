@@ -202,9 +202,8 @@ int epilogue_reach(const Graph *g, const PtrMap *uses, int i, int at[2]) {
 
 /* Nodes [from, end) of one former group, the e absorbed ones (at) gone: one group still, or none. */
 static void regroup(Graph *g, int from, const int *at, int e) {
-  int id = g->nodes[from]->group, end = from;
-  if (!id) return;
-  while (end < g->nnodes && g->nodes[end]->group == id) end++;
+  if (!g->nodes[from]->group) return;
+  int end = ir_group_end(g, from);
   bool ok = end - from >= 2;
   for (int j = from; j < end && ok; j++)
     for (int a = 0; a < e; a++)

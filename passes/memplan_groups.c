@@ -93,13 +93,10 @@ static void max_group(const Graph *g, int *id) {
 static void cut_groups(Graph *g, int *next_id) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->body) cut_groups(g->nodes[i]->body, next_id);
-  for (int i = 0; i < g->nnodes;) {
-    int id = g->nodes[i]->group, end = i + 1;
-    if (!id) {
-      i++;
-      continue;
-    }
-    while (end < g->nnodes && g->nodes[end]->group == id) end++;
+  for (int i = 0, end; i < g->nnodes; i = end) {
+    int id = g->nodes[i]->group;
+    end = ir_group_end(g, i);
+    if (!id) continue;
     Run r = {0};
     for (int k = i; k < end; k++) {
       Node *n = g->nodes[k];
@@ -117,18 +114,13 @@ static void cut_groups(Graph *g, int *next_id) {
       k--; /* n starts the next group */
     }
     if (r.n == 1) r.mem[0]->group = 0;
-    i = end;
   }
 }
 
 void memplan_keep_group_reads(const Graph *g, const int *slot, Interval *iv) {
-  for (int i = 0; i < g->nnodes;) {
-    int id = g->nodes[i]->group, end = i + 1;
-    if (!id) {
-      i++;
-      continue;
-    }
-    while (end < g->nnodes && g->nodes[end]->group == id) end++;
+  for (int i = 0, end; i < g->nnodes; i = end) {
+    end = ir_group_end(g, i);
+    if (!g->nodes[i]->group) continue;
     int64_t numel = ir_numel(&g->nodes[end - 1]->out[0]->shape); /* (the group's shape: fuse.c) */
     for (int k = i; k < end; k++)
       for (int j = 0; j < g->nodes[k]->nin; j++) {
@@ -139,7 +131,6 @@ void memplan_keep_group_reads(const Graph *g, const int *slot, Interval *iv) {
         if (inside || d->graph != g || !slot[u->id] || ir_numel(&u->shape) >= numel) continue;
         if (iv[slot[u->id] - 1].end < end - 1) iv[slot[u->id] - 1].end = end - 1;
       }
-    i = end;
   }
 }
 

@@ -18,47 +18,41 @@
 source "$(dirname "$0")/../lib.sh"
 shardc=$(abspath "$1")
 corpus 30000
-for r in none selective full; do
-  "$shardc" build models/tiny.model -D seq=32 -D micro_batch=8 -D dp=1 -D tp=2 -D sp=on -D precision=bf16 \
-    -D recompute="$r" --world 2 --target cuda -o "$t/t_$r" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
-  SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -np 2 "$t/t_$r" --data "$t/data.txt" --steps 2 \
-    --eval-every 0 --val-batches 1 --log "$t/$r.jsonl" --save-to "$t/ck_$r" --ckpt-format logical >"$t/$r.out" 2>&1 ||
-    { cat "$t/$r.out"; fail "recompute $r"; }
-done
-[ "$(losses "$t/none.jsonl" | wc -l)" = 2 ] || fail "$(losses "$t/none.jsonl" | wc -l) steps logged, want 2"
-for r in selective full; do
-  [ "$(losses "$t/none.jsonl")" = "$(losses "$t/$r.jsonl")" ] || {
-    paste <(losses "$t/none.jsonl") <(losses "$t/$r.jsonl"); fail "recompute $r: losses differ"; }
-  for f in model.safetensors optimizer.safetensors; do
-    cmp -s "$t/ck_none/step_00000002/$f" "$t/ck_$r/step_00000002/$f" || fail "recompute $r: $f differs"
+# modes TAG NP DEFS...: tiny built with DEFS under recompute none, selective and full on NP ranks, 2 steps each on the
+# emulated device; selective's and full's losses and checkpoints must be none's, bit for bit
+modes() {
+  local tag=$1 np=$2 r f
+  shift 2
+  for r in none selective full; do
+    "$shardc" build models/tiny.model -D seq=32 -D micro_batch=8 -D dp=1 -D precision=bf16 "$@" -D recompute="$r" \
+      --world "$np" --target cuda -o "$t/${tag}_$r" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
+    SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -np "$np" "$t/${tag}_$r" --data "$t/data.txt" --steps 2 \
+      --eval-every 0 --val-batches 1 --log "$t/$tag$r.jsonl" --save-to "$t/ck${tag}_$r" --ckpt-format logical \
+      >"$t/$tag$r.out" 2>&1 || { cat "$t/$tag$r.out"; fail "$tag: recompute $r"; }
   done
-done
+  [ "$(losses "$t/${tag}none.jsonl" | wc -l)" = 2 ] || fail "$tag: $(losses "$t/${tag}none.jsonl" | wc -l) steps logged, want 2"
+  for r in selective full; do
+    [ "$(losses "$t/${tag}none.jsonl")" = "$(losses "$t/$tag$r.jsonl")" ] || {
+      paste <(losses "$t/${tag}none.jsonl") <(losses "$t/$tag$r.jsonl"); fail "$tag: recompute $r: losses differ"; }
+    for f in model.safetensors optimizer.safetensors; do
+      cmp -s "$t/ck${tag}_none/step_00000002/$f" "$t/ck${tag}_$r/step_00000002/$f" || fail "$tag: recompute $r: $f differs"
+    done
+  done
+}
+modes tp2 2 -D tp=2 -D sp=on
 echo "cuda recompute (emulated device, tp 2 + sp, bf16): selective and full bit-identical to none over 2 steps"
 # One rank, tp 1: every GEMM epilogue (passes/epilogue.c: the bias, GELU and residual adds in the forward's GEMMs,
 # GELU's backward in the incoming gradient's). Selective keeps the adds those epilogues store (passes/recompute.c
 # epi_keep), full makes GELU's pre-activation before the DGELU GEMM (dgelu_first), whose output GELU's backward
 # writes in place (passes/memplan.c): the same losses and checkpoints as none, bit for bit.
-for r in none selective full; do
-  "$shardc" build models/tiny.model -D seq=32 -D micro_batch=8 -D dp=1 -D tp=1 -D precision=bf16 \
-    -D recompute="$r" --world 1 --target cuda -o "$t/o_$r" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
-  SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -np 1 "$t/o_$r" --data "$t/data.txt" --steps 2 \
-    --eval-every 0 --val-batches 1 --log "$t/o$r.jsonl" --save-to "$t/co_$r" --ckpt-format logical >"$t/o$r.out" 2>&1 ||
-    { cat "$t/o$r.out"; fail "tp 1 recompute $r"; }
-done
-[ "$(losses "$t/onone.jsonl" | wc -l)" = 2 ] || fail "tp 1: $(losses "$t/onone.jsonl" | wc -l) steps logged, want 2"
-for r in selective full; do
-  [ "$(losses "$t/onone.jsonl")" = "$(losses "$t/o$r.jsonl")" ] || {
-    paste <(losses "$t/onone.jsonl") <(losses "$t/o$r.jsonl"); fail "tp 1 recompute $r: losses differ"; }
-  for f in model.safetensors optimizer.safetensors; do
-    cmp -s "$t/co_none/step_00000002/$f" "$t/co_$r/step_00000002/$f" || fail "tp 1 recompute $r: $f differs"
-  done
-done
+modes tp1 1 -D tp=1
 echo "cuda recompute (emulated device, tp 1, bf16, every GEMM epilogue): selective and full bit-identical to none over 2 steps"
 # pp 2 zero-bubble, f32, 2 micro-batches (tests/e2e/zb_dgelu.model: RMSNorm, GQA, a GELU MLP without biases): B
 # under recompute full re-runs each layer's forward after the GEMM of the incoming gradient, whose GELU-backward
 # epilogue (passes/epilogue.c) read the MLP's pre-activation before the recompute made it (the micro-batch before's
-# bytes; found by scripts/fuzz_runs.sh, seed 20400598; step 2's loss 5.46204567 for 5.46214676): full must equal
-# none, whose pre-activation is the forward's, saved
+# bytes; found by scripts/fuzz_runs.sh, seed 20400598; step 2's loss 5.46204567 for 5.46214676; since session 41 the
+# recompute makes it before that GEMM, passes/recompute.c dgelu_first): full must equal none, whose pre-activation is
+# the forward's, saved
 for r in none full; do
   "$shardc" build tests/e2e/zb_dgelu.model -D micro_batch=2 -D batch=4 -D dp=1 -D pp=2 -D schedule=zb \
     -D recompute="$r" --world 2 --target cuda -o "$t/z_$r" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }

@@ -60,13 +60,10 @@ static int check_groups(const Graph *g, const char *label, bool placed) {
   int groups = 0;
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->body) groups += check_groups(g->nodes[i]->body, label, placed);
-  for (int i = 0; i < g->nnodes;) {
-    int id = g->nodes[i]->group, end = i + 1;
-    if (!id) {
-      i++;
-      continue;
-    }
-    while (end < g->nnodes && g->nodes[end]->group == id) end++;
+  for (int i = 0, end; i < g->nnodes; i = end) {
+    int id = g->nodes[i]->group;
+    end = ir_group_end(g, i);
+    if (!id) continue;
     CHECK(end - i >= 2 && end - i <= FUSE_MAX_NODES, "%s: group %d has %d nodes", label, id, end - i);
     for (int k = end; k < g->nnodes; k++) CHECK(g->nodes[k]->group != id, "%s: group %d is not consecutive", label, id);
     const Value *ext[2 * FUSE_MAX_NODES];
@@ -92,7 +89,6 @@ static int check_groups(const Graph *g, const char *label, bool placed) {
                (long long)tb_bytes_of(g->nodes[k]->out[0]), ext[e]->id, (long long)ext[e]->offset,
                (long long)tb_bytes_of(ext[e]));
     groups++;
-    i = end;
   }
   return groups;
 }
@@ -356,13 +352,10 @@ static void swiglu_graphs(void) {
 static void swiglu_groups(const Graph *g, int *fwd, int *bwd) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->body) swiglu_groups(g->nodes[i]->body, fwd, bwd);
-  for (int i = 0; i < g->nnodes;) {
-    int id = g->nodes[i]->group, end = i + 1, silu = 0, sbwd = 0, mul = 0;
-    if (!id) {
-      i++;
-      continue;
-    }
-    while (end < g->nnodes && g->nodes[end]->group == id) end++;
+  for (int i = 0, end; i < g->nnodes; i = end) {
+    int silu = 0, sbwd = 0, mul = 0;
+    end = ir_group_end(g, i);
+    if (!g->nodes[i]->group) continue;
     for (int k = i; k < end; k++) {
       silu += g->nodes[k]->op == OP_SILU;
       sbwd += g->nodes[k]->op == OP_SILU_BWD;
@@ -370,7 +363,6 @@ static void swiglu_groups(const Graph *g, int *fwd, int *bwd) {
     }
     *fwd += silu && mul && !sbwd;
     *bwd += sbwd && mul >= 2;
-    i = end;
   }
 }
 
