@@ -14,8 +14,8 @@
  *              the attention core (sdpa; under cp ring its blocks, their merges and hops) and
  *              the cheap ops between them: elementwise ops, rope, and copies (slice, concat,
  *              reshape, transpose, pad, broadcast_to) — Megatron's selective recompute, with
- *              our flash-style sdpa as the core; on the CUDA target a GEMM's output is what its
- *              epilogue stores: the bias and residual adds it absorbs are kept (epi_keep);
+ *              our flash-style sdpa as the core; a GEMM's output is what its epilogue stores
+ *              (on the CUDA target; elsewhere would): the bias and residual adds are kept (epi_keep);
  *   none       recomputes nothing but column slices (below) and, on the CUDA target, fused unaries.
  *
  * Fused unaries, on the CUDA target in every mode (fused_unary): a unary elementwise op whose input B
@@ -72,7 +72,7 @@ typedef struct {
   bool cuda;    /* the CUDA target (fused_unary) */
   PtrMap unary; /* fused_unary's answers (Node* -> 1 or 2: yes or no), asked before B's body is rebuilt */
   bool frozen;  /* B's body is being rebuilt: fused_unary answers from unary alone */
-  bool epi;     /* the CUDA target's GEMM epilogues are on (epi_keep, dgelu_first) */
+  bool epi;     /* the CUDA target's GEMM epilogues are on (epi_keep's GELUs, dgelu_first) */
   PtrMap epik;  /* selective: the adds a GEMM's epilogue absorbs, kept as its output (epi_keep) */
   PtrMap epig;  /* the GELUs a GEMM's epilogue absorbs (epi_keep; full: dgelu_first) */
   PtrMap cols;  /* the column slices re-sliced in B (cols_of) */
@@ -471,21 +471,21 @@ static void cols_of(Rc *r) {
   }
 }
 
-/* Selective on the CUDA target (epilogues on): the adds a GEMM's epilogue absorbs (its bias, the residual after it, or
- * the residual alone where it has none: epilogue_reach, in F's body as autodiff left it) are the GEMM's output, kept
- * where B reads them rather than recomputed from the GEMM's own, which B would then keep: as many bytes (the epilogue
- * makes its every add of the GEMM's output type, each add read once but the last), and the forward keeps its epilogue
- * (the GEMM's output read by the add alone), B its DGELU one (GELU's backward reads the kept bias add, made before the
- * GEMM of the incoming gradient) and no recomputed adds. GELU after the bias add stays recomputed (one pass in B).
- * Under full recompute too, the GELUs such a GEMM absorbs (epig: dgelu_first's). */
+/* Selective, on every target: the adds a GEMM's epilogue would absorb (its bias, the residual after it, or the residual
+ * alone where it has none: epilogue_reach, in F's body as autodiff left it) are the GEMM's output, kept where B reads
+ * them rather than recomputed from the GEMM's own, which B would then keep: as many bytes (each such add is of the
+ * GEMM's output type, read once but the last), no recomputed add in B, and on the CUDA target the forward keeps its
+ * epilogue (the GEMM's output read by the add alone) and B its DGELU one (GELU's backward reads the kept bias add,
+ * made before the GEMM of the incoming gradient). GELU after the bias add stays recomputed (one pass in B). On the
+ * CUDA target with the epilogues on, under full recompute too, the GELUs such a GEMM absorbs (epig: dgelu_first's). */
 static void epi_keep(Rc *r) {
-  if (!r->epi || r->kind == RECOMPUTE_NONE) return;
+  if (r->kind == RECOMPUTE_NONE || (!r->epi && r->kind != RECOMPUTE_SELECTIVE)) return;
   PtrMap u = {0};
   count_uses(r->fb, &u);
   for (int i = 0; i < r->fb->nnodes; i++) {
     int at[2], e = r->fb->nodes[i]->op == OP_MATMUL ? epilogue_reach(r->fb, &u, i, at) : 0;
     for (int k = 0; k < e; k++)
-      if (r->fb->nodes[at[k]]->op == OP_ADD || r->fb->nodes[at[k]]->op == OP_GELU)
+      if (r->fb->nodes[at[k]]->op == OP_ADD || (r->epi && r->fb->nodes[at[k]]->op == OP_GELU))
         ptrmap_put(r->fb->nodes[at[k]]->op == OP_ADD ? &r->epik : &r->epig, r->fb->nodes[at[k]], 1);
   }
   ptrmap_free(&u);

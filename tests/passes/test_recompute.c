@@ -20,9 +20,9 @@
  * the recompute pass; the CPU target saves it.
  *
  * GEMM epilogues (CUDA target, the tiny GPT): selective keeps the bias and residual adds a GEMM's epilogue stores
- * instead of the GEMM's own output (the same bytes saved as with the epilogues off), so the forward keeps its
- * epilogues and the backward its DGELU ones; full recomputes GELU's pre-activation before the GEMM whose epilogue
- * computes its backward; both bit for bit against none.
+ * instead of the GEMM's own output (every target: the backward recomputes no add, the epilogues on or off), so the
+ * forward keeps its epilogues and the backward its DGELU ones; full recomputes GELU's pre-activation before the GEMM
+ * whose epilogue computes its backward; both bit for bit against none.
  */
 #include <stdio.h>
 #include <string.h>
@@ -318,8 +318,8 @@ static int64_t saved_bytes(const Module *m) {
 }
 
 /* The CUDA target (the tiny GPT: biases, GELU): selective keeps a GEMM's bias and residual adds (what its epilogue
- * stores) rather than its own output, as many bytes (the same as with the epilogues off), so that the forward keeps
- * every GEMM epilogue it has under none and the backward recomputes no add of one; full recomputes GELU's
+ * stores) rather than its own output, as many bytes, so that the forward keeps every GEMM epilogue it has under none
+ * and the backward recomputes no add (as with the epilogues off: the recompute pass's choice); full recomputes GELU's
  * pre-activation before the GEMM of the incoming gradient (its DGELU epilogue) and the recomputed forward keeps
  * its epilogues. Each bit for bit against none in the interpreter. */
 static void cuda_epilogues(const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t V) {
@@ -348,7 +348,9 @@ static void cuda_epilogues(const char *path, const FeDefine *defs, int ndefs, in
     CHECK(fwd[NONE] >= 3 && dg[NONE] >= 1, "tiny CUDA none: %d forward epilogue GEMMs, %d DGELU ones", fwd[NONE], dg[NONE]);
     CHECK(fwd[SEL] == fwd[NONE] && dg[SEL] == dg[NONE], "tiny CUDA selective: %d forward epilogue GEMMs (none: %d), %d DGELU (none: %d)",
           fwd[SEL], fwd[NONE], dg[SEL], dg[NONE]);
-    CHECK(adds[SEL] < adds[SEL_OFF], "tiny CUDA selective: the backward's adds %d, %d with the epilogues off", adds[SEL], adds[SEL_OFF]);
+    /* (no add recomputed: the recompute pass decides it, the epilogues on or off) */
+    CHECK(adds[SEL] == adds[NONE] && adds[SEL_OFF] == adds[NONE], "tiny CUDA selective: the backward's adds %d (none: %d; with "
+          "the epilogues off %d)", adds[SEL], adds[NONE], adds[SEL_OFF]);
     CHECK(saved_bytes(m[SEL]) == saved_bytes(m[SEL_OFF]), "tiny CUDA selective: saves %lld B, %lld B with the epilogues off",
           (long long)saved_bytes(m[SEL]), (long long)saved_bytes(m[SEL_OFF]));
     /* (full runs the forward's GEMMs again but its last, whose output only the residual sum reads) */
