@@ -491,6 +491,19 @@ static void epi_keep(Rc *r) {
   ptrmap_free(&u);
 }
 
+/* Whether B's nodes from i on (its original ones, `nodes`) or its results read B's argument a (a zb B loop keeps
+ * arguments only its W reads: passes/pipe_split.c). */
+static bool read_from(const Rc *r, Node *const *nodes, int i, int n0, const Value *a) {
+  for (int j = i; j < n0; j++) {
+    for (int k = 0; k < nodes[j]->nin; k++)
+      if (nodes[j]->in[k] == a) return true;
+    if (nodes[j]->body && uses(nodes[j]->body, a)) return true;
+  }
+  for (int k = 0; k < r->bb->nresults; k++)
+    if (r->bb->results[k] == a) return true;
+  return false;
+}
+
 /* Full recompute: a GEMM whose output GELU's backward alone reads, with a recomputed pre-activation: that recomputed
  * first, before the GEMM (its epilogue computes GELU's backward as it stores, reading the pre-activation: DGELU), and
  * the GELU of it B reads with it where the forward's GEMM stores both (its GELU_AUX_BIAS epilogue, epi_keep: not
@@ -512,7 +525,8 @@ static void dgelu_first(Rc *r, Node **nodes, int i, int n0, Value **old, int nol
     for (int k = 0; k < nold; k++) {
       intptr_t one;
       Value *g = ptrmap_get(&r->recomp, old[k], &gv) ? (Value *)gv : NULL;
-      if (g && g->def->in[0] == (Value *)fv && ptrmap_get(&r->epig, g->def, &one)) materialize(r, g);
+      if (g && g->def->in[0] == (Value *)fv && ptrmap_get(&r->epig, g->def, &one) && read_from(r, nodes, i, n0, old[k]))
+        materialize(r, g);
     }
     /* the GEMM's operand cast for it alone before the recompute (passes/wcast.c's bf16 weight): after it, not
      * held through it */
