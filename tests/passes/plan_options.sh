@@ -170,48 +170,45 @@ expect_stdout=1 expect 1 "#   total                     3781312 B" "$bl: the pla
   "$dw in their own iteration: the plan with them needs 3.8 MiB per rank, over the device's 3.5 MiB" \
   "error: the plan does not fit: 3.6 MiB per rank, over the cpu memory of 3.5 MiB" -- "${bf[@]}" --topology "$tmp/b3m5.topo"
 # zb_w joins them (one decision, replan.c's auto_memory): tiny 4 layers pp 2 x dp 2, zero 2, zb under full recompute,
-# bf16 on the CUDA target against an A100's figures (p4d): 6,611,456 B per rank with the hold and the deferred
-# waits, 6,610,048 with the hold alone, 5,302,016 with the deferred waits alone (W recomputes), 5,168,256 with
-# neither (6,547,200 / 6,412,800 / 5,302,016 / 5,168,256 before the recomputed forward kept its GEMM epilogues,
-# passes/recompute.c: B and W run faster, and zb's lists, made from their times, hold one micro-batch's more between
-# B and W). On 6.3045 MiB (6,610,763 B) each alone fits and the hold is faster: kept, the deferred waits dropped
-# (was: the hold dropped first, alone, and the deferred waits kept); on 6.2 and 6.0 MiB the deferred waits with the
-# hold for the last layer of each stage's 2 (5,987,968 B: its cut loops of one layer each keep their deferred waits
-# across the cut, memplan_defer.c; was: they lost them, and the deferred waits alone were taken, 5,302,272 B).
+# bf16 on the CUDA target against an A100's figures (p4d): 6,481,664 B per rank with the hold and the deferred
+# waits, 6,347,264 with the hold alone, 5,295,360 with the deferred waits alone (W recomputes), 5,102,720 with
+# neither (6,547,200 / 6,412,800 / 5,302,016 / 5,168,256 before session 41's recompute kept the GEMM epilogues,
+# passes/recompute.c). On 6.1 MiB (6,396,314 B) each alone fits and the hold is faster: kept, the deferred waits
+# dropped (was: the hold dropped first, alone, and the deferred waits kept); on 6.0 MiB the deferred waits with the
+# hold for the last layer of each stage's 2 (6,021,888 B: its cut loops of one layer each keep their deferred waits
+# across the cut, memplan_defer.c; was: they lost them, and the deferred waits alone were taken).
 zd=(plan models/tiny.model --target cuda -D precision=bf16 -D zero=2 -D dp=2 -D pp=2 -D layers=4 -D microbatches=4 -D schedule=zb -D recompute=full --world 4)
-for mem in 6.3045:6m3 6.2:6m2 6.0:6m0; do
+for mem in 6.1:6m1 6.0:6m0; do
   sed "s/memory 40 GiB/memory ${mem%%:*} MiB/; s/topology p4d_x1/topology p4d_${mem##*:}/" models/topo/p4d-x1.topo >"$tmp/z${mem##*:}.topo"
 done
-expect_stdout=1 expect 0 "#   total                     6610048 B" \
-  "zb W inputs                786432 B         0.75 MiB  a micro-batch's (in activations): $zh: it fits: 6.3 MiB per rank planned with the hold, of the device's 6.3 MiB" \
-  "$dw in their own iteration: they fit alone: 5.1 MiB per rank planned with them, of the device's 6.3 MiB; not with the zb W hold too, which alone the cost model has faster" \
-  -- "${zd[@]}" --topology "$tmp/z6m3.topo"
-zw="a micro-batch's (in activations), held for the last 1 layer of each stage's loop: there W takes the weight-gradient GEMMs' inputs B's recompute made, held from B to W; for the stage's other layers W recomputes them from the forward's saved values"
-for t in 6.2:6m2 6.0:6m0; do
-  expect_stdout=1 expect 0 "#   total                     5987968 B" \
-    "zb W inputs                393216 B         0.38 MiB  $zw: the plan with the whole hold needs 6.3 MiB per rank, over the device's ${t%%:*} MiB; with the hold for the last 1 layers, the most that fit: 5.7 MiB" \
-    "$dw in the next iteration, their f32 inputs held through the body: it fits: 5.1 MiB per rank planned with them, of the device's ${t%%:*} MiB" \
-    -- "${zd[@]}" --topology "$tmp/z${t##*:}.topo"
-done
-# zb_w hold(N) (passes/recompute_split.c): the same at 8 layers (4 a stage), per rank 9,321,984 B without the hold
-# (the deferred waits kept), 9,840,640 / 10,564,608 / 11,351,040 holding for the last 1 / 2 / 3 layers of each stage
+expect_stdout=1 expect 0 "#   total                     6347264 B" \
+  "zb W inputs                786432 B         0.75 MiB  a micro-batch's (in activations): $zh: it fits: 6.1 MiB per rank planned with the hold, of the device's 6.1 MiB" \
+  "$dw in their own iteration: they fit alone: 5.1 MiB per rank planned with them, of the device's 6.1 MiB; not with the zb W hold too, which alone the cost model has faster" \
+  -- "${zd[@]}" --topology "$tmp/z6m1.topo"
+expect_stdout=1 expect 0 "#   total                     6021888 B" \
+  "zb W inputs                393216 B         0.38 MiB  a micro-batch's (in activations), held for the last 1 layer of each stage's loop: there W takes the weight-gradient GEMMs' inputs B's recompute made, held from B to W; for the stage's other layers W recomputes them from the forward's saved values: the plan with the whole hold needs 6.1 MiB per rank, over the device's 6.0 MiB; with the hold for the last 1 layers, the most that fit: 5.7 MiB" \
+  "$dw in the next iteration, their f32 inputs held through the body: it fits: 5.1 MiB per rank planned with them, of the device's 6.0 MiB" \
+  -- "${zd[@]}" --topology "$tmp/z6m0.topo"
+# zb_w hold(N) (passes/recompute_split.c): the same at 8 layers (4 a stage), per rank 9,315,328 B without the hold
+# (the deferred waits kept; 9,321,984 before session 41), 9,908,480 / 10,512,384 / 11,285,504 holding for the last
+# 1 / 2 / 3 layers of each stage (9,840,640 / 10,564,608 / 11,351,040 before session 41's recompute)
 # (256 B more each before session 40's maker merges)
 # (the cut loops keep their deferred waits, a loop of one layer too: was 9,777,920 / 10,595,584 / 11,348,224; hold(1)
 # 9,809,280 before its halves' deferred scatters were unpacked as one, zero_defer.c's defer_pair; 9,840,960 /
 # 10,675,648 / 11,581,056 before W took only the stacked inputs it reads, pipe_split.c),
-# 12,336,640 with the whole hold (12,140,288 before the recomputed forward kept its GEMM epilogues). On 10.5 MiB (11,010,048 B) auto holds for the last 2 (replan.c's partial_hold; was:
+# 12,074,496 with the whole hold (12,140,288 before session 41's recompute). On 10.5 MiB (11,010,048 B) auto holds for the last 2 (replan.c's partial_hold; was:
 # none); hold(N) written is taken as written; N must be a whole number of at least 1 (source and -D).
 # (the fit check's knob for the whole hold written: -D zb_w=hold:2, half of a stage's layers)
 z8=(plan models/tiny.model --target cuda -D precision=bf16 -D zero=2 -D dp=2 -D pp=2 -D layers=8 -D microbatches=4 -D schedule=zb -D recompute=full --world 4)
 sed "s/memory 40 GiB/memory 10.5 MiB/; s/topology p4d_x1/topology p4d_10m5/" models/topo/p4d-x1.topo >"$tmp/z10m5.topo"
 zp="a micro-batch's (in activations), held for the last 2 layers of each stage's loop: there W takes the weight-gradient GEMMs' inputs B's recompute made, held from B to W; for the stage's other layers W recomputes them from the forward's saved values"
-expect_stdout=1 expect 0 "#   total                    10564608 B" \
-  "zb W inputs                786432 B         0.75 MiB  $zp: the plan with the whole hold needs 11.4 MiB per rank, over the device's 10.5 MiB; with the hold for the last 2 layers, the most that fit: 10.1 MiB" \
+expect_stdout=1 expect 0 "#   total                    10512384 B" \
+  "zb W inputs                786432 B         0.75 MiB  $zp: the plan with the whole hold needs 11.2 MiB per rank, over the device's 10.5 MiB; with the hold for the last 2 layers, the most that fit: 10.0 MiB" \
   -- "${z8[@]}" --topology "$tmp/z10m5.topo"
-expect_stdout=1 expect 0 "#   total                     9840640 B" "held for the last 1 layer of each stage's loop" "zb_w hold(1) (the plan)" \
+expect_stdout=1 expect 0 "#   total                     9908480 B" "held for the last 1 layer of each stage's loop" "zb_w hold(1) (the plan)" \
   -- "${z8[@]}" -D zb_w=hold:1
 # the whole hold written there does not fit: the fit check offers the hold for half of each stage's layers
-expect 1 "error: the plan does not fit: 11.4 MiB per rank" "note:   -D zb_w=hold:2 (the hold for the last 2 of each stage's 4 layers): 10.1 MiB per rank, fits" \
+expect 1 "error: the plan does not fit: 11.2 MiB per rank" "note:   -D zb_w=hold:2 (the hold for the last 2 of each stage's 4 layers): 10.0 MiB per rank, fits" \
   -- "${z8[@]}" -D zb_w=hold --topology "$tmp/z10m5.topo"
 expect 1 "<command line>:9:11: error: \`zb_w hold:N\`: N is the layers of each stage held (its last N), a whole number of at least 1, got \`0\`" \
   "    9 | zb_w=hold:0" "      |           ^" -- "${z8[@]}" -D zb_w=hold:0
@@ -221,9 +218,9 @@ expect 1 "$tmp/zh.model:24:13: error: \`zb_w hold(N)\`: N is the layers of each 
 # The plan's own compile where the driver's check compiled it already (replan.c, replan_plan: the auto choices
 # all taken, their whys made again from the figures, the passes' diagnostics written again): the same printout
 # as a fresh compile of it (--time-passes shows the passes as they run: compiled again, not reused), stdout and
-# stderr but the pass times; and the same printout where the figures change a choice (z6m3: a choice lost).
+# stderr but the pass times; and the same printout where the figures change a choice (z6m1: a choice lost).
 for args in "plan models/tiny.model --world 2 -D zero=2" "plan models/gpt2-124m.model --target cuda -D zero=1" \
-  "plan models/gpt2-124m.model -D pp=2 -D schedule=interleaved -D zero=3" "${zd[*]} --topology $tmp/z6m3.topo" "${zd[*]}"; do
+  "plan models/gpt2-124m.model -D pp=2 -D schedule=interleaved -D zero=3" "${zd[*]} --topology $tmp/z6m1.topo" "${zd[*]}"; do
   # shellcheck disable=SC2086
   o1=$("$shardc" $args 2>"$tmp/e1"); r1=$?
   # shellcheck disable=SC2086
