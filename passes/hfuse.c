@@ -257,12 +257,11 @@ static int against(int64_t lo, int64_t hi, int64_t o, int64_t bytes) {
  * rank's). */
 static bool elsewhere(uint64_t m, uint64_t sm) { return sm && m && !(m & sm); }
 
-/* Whether the places [o0, o0 + bytes) and [o1, o1 + bytes) may trade on the stages sm (0: every rank): no listed
- * place lies across an edge of them, and, where the trade is some stages' (a node on other stages only is another
- * rank's: passes/memplan.c lets stages share bytes), none inside them is also another stage's or every rank's (it
- * would move under that rank's own values). */
-static bool whole(Places *ps, uint64_t sm, int64_t o0, int64_t o1, int64_t bytes) {
-  places_near(ps, o0, o1, bytes);
+/* Whether the places [o0, o0 + bytes) and [o1, o1 + bytes) may trade on the stages sm (0: every rank): no place
+ * near them (ps->near, places_near) lies across an edge of them, and, where the trade is some stages' (a node on
+ * other stages only is another rank's: passes/memplan.c lets stages share bytes), none inside them is also another
+ * stage's or every rank's (it would move under that rank's own values). */
+static bool whole(const Places *ps, uint64_t sm, int64_t o0, int64_t o1, int64_t bytes) {
   for (int i = 0; i < ps->near.n; i++) {
     const Place *p = &ps->p[ps->near.at[i]];
     if (elsewhere(p->m, sm)) continue;
@@ -275,10 +274,9 @@ static bool whole(Places *ps, uint64_t sm, int64_t o0, int64_t o1, int64_t bytes
   return true;
 }
 
-/* Every listed place on the stages sm (as whole) inside [o0, o0 + bytes) moves to the same place in
+/* Every place near (ps->near) on the stages sm (as whole) inside [o0, o0 + bytes) moves to the same place in
  * [o1, o1 + bytes), and the other way round: its value's offset or its node's scratch with it (and its bucket). */
 static void exchange(Places *ps, uint64_t sm, int64_t o0, int64_t o1, int64_t bytes) {
-  places_near(ps, o0, o1, bytes);
   for (int i = 0; i < ps->near.n; i++) {
     int j = ps->near.at[i];
     Place *p = &ps->p[j];
@@ -307,7 +305,9 @@ static int direction(int64_t d0, int64_t ds, int64_t last) {
 
 /* Two same-sized places apart, at o0 and o1, traded (exchange) where nothing lies across their edges; true if done. */
 static bool trade(Places *ps, uint64_t sm, int64_t o0, int64_t o1, int64_t bytes) {
-  if (bytes <= 0 || (o0 < o1 + bytes && o1 < o0 + bytes) || !whole(ps, sm, o0, o1, bytes)) return false;
+  if (bytes <= 0 || (o0 < o1 + bytes && o1 < o0 + bytes)) return false;
+  places_near(ps, o0, o1, bytes); /* (whole and exchange look at these) */
+  if (!whole(ps, sm, o0, o1, bytes)) return false;
   exchange(ps, sm, o0, o1, bytes);
   return true;
 }

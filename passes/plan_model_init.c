@@ -10,6 +10,7 @@
 #include "cost_op.h"
 #include "plan_model_int.h"
 #include "plan_search.h"
+#include "recompute_int.h"
 
 /* The model's estimate of the base plan c, its stages as compiled: the model's compute is the last stage's, its
  * layers and the head, so (uneven stages) each virtual stage the last stage's chunk at its place (not the model's
@@ -169,19 +170,16 @@ static double attn_head_dim(const Graph *g) {
   return 0;
 }
 
-/* The layers' forward loop of g (or of its bodies: a pipeline's stage, the accumulation's micro-step): the first
- * forward REPEAT whose body holds a GEMM, and the backward one of its count after it (NULL where none). */
-static bool layer_loops(const Graph *g, const Node **f, const Node **b) {
+/* The graph holding the layers' loops (g or one of its bodies: a pipeline's stage, the accumulation's micro-step) and
+ * their forward loop: the forward of the first backward loop (recompute_int.h's rc_forward_of). */
+static const Graph *layer_loops(const Graph *g, const Node **f) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    bool gemm = false;
-    for (int j = 0; n->op == OP_REPEAT && j < n->body->nnodes && !gemm; j++) gemm = n->body->nodes[j]->op == OP_MATMUL;
-    if (gemm && !n->a.reverse && !*f) *f = n;
-    else if (gemm && n->a.reverse && *f && n->a.count == (*f)->a.count) *b = n;
-    if (*b) return true;
-    if (n->body && layer_loops(n->body, f, b)) return true;
+    if (n->op == OP_REPEAT && n->a.reverse && (*f = rc_forward_of(n)) != NULL) return g;
+    const Graph *in = n->body ? layer_loops(n->body, f) : NULL;
+    if (in) return in;
   }
-  return false;
+  return NULL;
 }
 
 /* Body g's GEMMs (all but the last where but_last): the seconds the cost model prices them at (*t: an epilogue's bytes
@@ -207,13 +205,16 @@ static void gemm_times(const Module *m, const CostDevice *dev, const Graph *g, b
  * weighs (the CPU target, tp's collectives after the GEMMs); GPT-2's forward stores its bias, GELU and residual in
  * its GEMMs (passes/epilogue.c), 1.09 of the layer's average. */
 static void recompute_epilogues(PlanModel *pm, const Module *base, const CostDevice *dev) {
-  const Node *f = NULL, *b = NULL;
+  const Node *f = NULL;
   double tf = 0, ff = 0, tl = 0, fl = 0;
   pm->rc_epi = 1;
-  if (!layer_loops(base->graph, &f, &b)) return;
+  const Graph *g = layer_loops(base->graph, &f);
+  if (!g) return;
   gemm_times(base, dev, f->body, true, &tf, &ff);
   gemm_times(base, dev, f->body, false, &tl, &fl);
-  gemm_times(base, dev, b->body, false, &tl, &fl);
+  for (int i = 0; i < g->nnodes; i++) /* its backward loops (zb: B and W) */
+    if (g->nodes[i]->op == OP_REPEAT && g->nodes[i]->a.reverse && rc_forward_of(g->nodes[i]) == f)
+      gemm_times(base, dev, g->nodes[i]->body, false, &tl, &fl);
   double r = tf / ff / (tl / fl);
   if (ff > 0 && fl > 0 && isfinite(r) && r > 0) pm->rc_epi = r;
 }

@@ -534,10 +534,10 @@ static void dgelu_first(Rc *r, Node **nodes, int i, int n0, Value **old, int nol
       for (int q = before - 1; q >= 0; q--) {
         Node *c = bb->nodes[q];
         if (c != mm->in[k]->def) continue;
-        bool read = c->op != OP_CAST;
-        for (int t = q + 1; t < bb->nnodes && !read; t++)
-          for (int u = 0; u < bb->nodes[t]->nin; u++) read |= bb->nodes[t]->in[u] == c->out[0];
-        if (read) break;
+        bool stays = c->op != OP_CAST; /* (read since: stays) */
+        for (int t = q + 1; t < bb->nnodes && !stays; t++)
+          for (int u = 0; u < bb->nodes[t]->nin; u++) stays |= bb->nodes[t]->in[u] == c->out[0];
+        if (stays) break;
         memmove(&bb->nodes[q], &bb->nodes[q + 1], sizeof(Node *) * (size_t)(bb->nnodes - q - 1));
         bb->nodes[bb->nnodes - 1] = c;
         break;
